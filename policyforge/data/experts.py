@@ -1,0 +1,155 @@
+"""Scripted experts for the arm tasks: state machines over privileged task state, in `ee_delta_topdown` mode.
+
+They prove each task solvable and produce demonstrations. `action_noise` degrades them on purpose.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from policyforge.sims.task import TaskState
+from policyforge.sims.tasks.arm import ArmTask, grasp_yaw, tcp_yaw
+from policyforge.sims.tasks.arm_tasks import CUBE_HALF, ArmLiftCube, ArmPushCube, ArmReach
+from policyforge.sims.xmath import quat_rotate
+
+OPEN, CLOSED = 1.0, -1.0
+
+
+class ArmExpert:
+    """Base: turns per-env TCP targets into `ee_delta_topdown` actions [N, 5]."""
+
+    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0):
+        if task.config.control_mode != "ee_delta_topdown":
+            raise ValueError(
+                f"scripted experts act in control_mode 'ee_delta_topdown', not {task.config.control_mode!r}"
+            )
+        self.task = task
+        self.phase = np.zeros(num_envs, dtype=np.int64)
+        self.timer = np.zeros(num_envs, dtype=np.int64)
+        self.action_noise = action_noise
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, env_ids: np.ndarray) -> None:
+        """Start envs `env_ids` from the first phase (call when they begin a new episode)."""
+        self.phase[env_ids] = 0
+        self.timer[env_ids] = 0
+
+    def _move(self, state: TaskState, target: np.ndarray, yaw: np.ndarray, gripper: np.ndarray) -> np.ndarray:
+        tcp = self.task.tcp_pos(state)
+        current_yaw = tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np)
+        translation = np.clip((target - tcp) / self.task.config.ee_step, -1.0, 1.0)
+        turn = np.clip((yaw - current_yaw) / self.task.config.ee_rot_step, -1.0, 1.0)
+        action = np.concatenate([translation, turn[:, None], gripper[:, None]], axis=1)
+        if self.action_noise > 0:
+            action = action + self.action_noise * self.rng.standard_normal(action.shape)
+        return np.clip(action, -1.0, 1.0)
+
+    def _reached(self, state: TaskState, target: np.ndarray, tolerance: float) -> np.ndarray:
+        return np.linalg.norm(target - self.task.tcp_pos(state), axis=1) < tolerance
+
+    def _cube_yaw(self, state: TaskState) -> np.ndarray:
+        quat = self.task.sensor(state.phys["sensordata"], "cube_quat")
+        x_axis = quat_rotate(quat, np.broadcast_to([1.0, 0.0, 0.0], quat[:, 1:].shape), np)
+        cube_yaw = np.arctan2(x_axis[:, 1], x_axis[:, 0])
+        return grasp_yaw(cube_yaw, tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np), np)
+
+    def act(self, state: TaskState) -> np.ndarray:
+        """Actions [N, 5] for the current state."""
+        raise NotImplementedError
+
+
+class ReachExpert(ArmExpert):
+    """Go straight to the goal."""
+
+    def act(self, state: TaskState) -> np.ndarray:
+        n = len(self.phase)
+        yaw = tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np)
+        return self._move(state, state.vars["goal"], yaw, np.full(n, OPEN))
+
+
+class LiftExpert(ArmExpert):
+    """Hover above the cube with the fingers lined up, descend, close the gripper where it is, lift."""
+
+    HOVER = 0.08
+
+    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0):
+        super().__init__(task, num_envs, action_noise, seed)
+        self.hold = np.zeros((num_envs, 3))
+
+    def act(self, state: TaskState) -> np.ndarray:
+        cube, tcp = self.task.cube_pos(state), self.task.tcp_pos(state)
+        yaw = self._cube_yaw(state)
+        hover = cube + [0.0, 0.0, self.HOVER]
+        lifted = self.hold + [0.0, 0.0, self.task.config.lift_height + 0.04]
+        phase = self.phase[:, None]
+        target = np.select([phase == 0, phase == 1, phase == 2], [hover, cube, self.hold], lifted)
+        action = self._move(state, target, yaw, np.where(self.phase >= 2, CLOSED, OPEN))
+        self.timer += 1
+        aligned = np.abs(yaw - tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np)) < 0.05
+        xy_error = np.linalg.norm((cube - tcp)[:, :2], axis=1)
+        advance = (
+            ((self.phase == 0) & self._reached(state, hover, 0.015) & aligned)
+            | ((self.phase == 1) & (xy_error < 0.006) & (np.abs(cube - tcp)[:, 2] < 0.008))
+            | ((self.phase == 2) & (self.timer > 6))
+        )
+        self.hold = np.where(((self.phase == 1) & advance)[:, None], tcp, self.hold)
+        self.phase = np.where(advance, self.phase + 1, self.phase)
+        self.timer = np.where(advance, 0, self.timer)
+        return action
+
+
+class PushExpert(ArmExpert):
+    """Drop the closed gripper behind the cube (seen from the goal) and push it slowly along the line to the
+    goal; start over when the cube slips off the gripper's face."""
+
+    HEIGHT = CUBE_HALF + 0.002
+    PUSH_SPEED = 0.4
+
+    def act(self, state: TaskState) -> np.ndarray:
+        cube, goal, tcp = self.task.cube_pos(state), state.vars["goal"], self.task.tcp_pos(state)
+        offset = (goal - cube)[:, :2]
+        remaining = np.linalg.norm(offset, axis=1, keepdims=True)
+        direction = offset / np.maximum(remaining, 1e-6)
+        low = _at_height(cube[:, :2] - direction * (CUBE_HALF + 0.03), self.HEIGHT)
+        above = low + [0.0, 0.0, 0.08]
+        contact = cube[:, :2] - direction * (CUBE_HALF + 0.005)
+        push = _at_height(contact + direction * np.minimum(remaining, 0.03), self.HEIGHT)
+        current_yaw = tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np)
+        facing = np.arctan2(direction[:, 1], direction[:, 0]) + np.pi / 2  # the fingers' flat side to the cube
+        yaw = current_yaw + _wrap_half_turn(facing - current_yaw)
+        rise_first = tcp[:, 2:] < above[:, 2:] - 0.03  # leave the table vertically, not through the cube
+        above = np.where(rise_first, _at_height(tcp[:, :2], float(above[0, 2])), above)
+        phase = self.phase[:, None]
+        target = np.select([phase == 0, phase == 1], [above, low], push)
+        arrived = remaining < 0.02
+        target = np.where(arrived, tcp, target)  # there: stop rather than nudge it past the goal
+        action = self._move(state, target, yaw, np.full(len(cube), CLOSED))
+        slow_down = np.clip(remaining / 0.08, 0.25, 1.0)  # the arm lags its targets: ease off near the goal
+        action[:, :3] *= np.where(phase == 2, self.PUSH_SPEED * slow_down, 1.0)
+        advance = ((self.phase == 0) & ~rise_first[:, 0] & self._reached(state, above, 0.02)) | (
+            (self.phase == 1) & self._reached(state, low, 0.01)
+        )
+        self.phase = np.where(advance, self.phase + 1, self.phase)
+        to_cube = (cube - tcp)[:, :2]
+        behind = np.sum(to_cube * direction, axis=1) > CUBE_HALF
+        lateral = np.abs(to_cube[:, 0] * direction[:, 1] - to_cube[:, 1] * direction[:, 0])
+        lost = (self.phase == 2) & (~behind | (lateral > 0.02)) & ~arrived[:, 0]
+        self.phase = np.where(lost, 0, self.phase)
+        return action
+
+
+def _at_height(xy: np.ndarray, height: float) -> np.ndarray:
+    return np.concatenate([xy, np.full((len(xy), 1), height)], axis=1)
+
+
+def _wrap_half_turn(angle: np.ndarray) -> np.ndarray:
+    """Angles wrapped into [-π/2, π/2): the gripper is symmetric under a half turn."""
+    return (angle + np.pi / 2) % np.pi - np.pi / 2
+
+
+EXPERTS: dict[type[ArmTask], type[ArmExpert]] = {
+    ArmReach: ReachExpert,
+    ArmLiftCube: LiftExpert,
+    ArmPushCube: PushExpert,
+}
+"""Scripted expert of each arm task class."""

@@ -1,0 +1,121 @@
+"""`gym:<id>` backend: any installed gymnasium environment behind the VecEnv contract.
+
+Environments run in a gymnasium `SyncVectorEnv` with same-step auto-reset, so the true final observation
+of each finished episode is available. Actions in [-1, 1] are scaled to the env's bounded Box action space.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from policyforge.config import ConfigError
+from policyforge.sims.vec_env import EpisodeTracker, Obs, StepResult, VecEnv, to_torch, validate_action
+
+
+class GymVecEnv(VecEnv):
+    """N copies of a gymnasium env with Box observations and a bounded Box action space."""
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        *,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        **env_kwargs: Any,
+    ):
+        try:
+            spec = gym.spec(env_id)
+        except gym.error.Error as err:
+            raise ConfigError("sim.task", f"gym:{env_id} is not a registered gymnasium env ({err})") from None
+        self.env_id = env_id
+        self.envs = gym.vector.SyncVectorEnv(
+            [lambda: gym.make(env_id, render_mode="rgb_array", **env_kwargs) for _ in range(num_envs)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+        obs_space, act_space = self.envs.single_observation_space, self.envs.single_action_space
+        if not isinstance(obs_space, gym.spaces.Box) or not isinstance(act_space, gym.spaces.Box):
+            raise ConfigError(
+                "sim.task", f"gym:{env_id} needs Box observations and actions, got {obs_space} / {act_space}"
+            )
+        if not (np.isfinite(act_space.low).all() and np.isfinite(act_space.high).all()):
+            raise ConfigError(
+                "sim.task", f"gym:{env_id} has an unbounded action space; actions in [-1, 1] cannot be scaled"
+            )
+        self.num_envs = num_envs
+        self.action_dim = int(np.prod(act_space.shape))
+        self.device = torch.device(device)
+        self.obs_shapes = {"policy": obs_space.shape, "critic": obs_space.shape}
+        self.control_dt = float(getattr(self.envs.envs[0].unwrapped, "dt", 1.0))
+        self.episode_steps = int(spec.max_episode_steps or 10**9)
+        self._low, self._high = act_space.low.astype(np.float64), act_space.high.astype(np.float64)
+        self._act_shape = act_space.shape
+        self.tracker = EpisodeTracker(num_envs)
+        self._seed = seed
+
+    @property
+    def cameras(self) -> list[str]:
+        return ["default"]
+
+    def reset(self, seed: int | None = None) -> Obs:
+        obs, _ = self.envs.reset(seed=self._seed if seed is None else seed)
+        self._seed = None  # later resets continue the seeded streams
+        self.tracker.clear()
+        return self._obs(obs)
+
+    def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
+        action = validate_action(action, self.num_envs, self.action_dim)
+        scaled = self._low + (action.reshape(-1, *self._act_shape) + 1.0) * 0.5 * (self._high - self._low)
+        obs, reward, terminated, truncated, info = self.envs.step(scaled)
+        terminated, truncated = (
+            np.asarray(terminated, bool),
+            np.asarray(truncated, bool) & ~np.asarray(terminated, bool),
+        )
+        done = terminated | truncated
+        final = obs.copy()
+        if done.any():
+            for i in np.flatnonzero(info.get("_final_obs", done)):
+                final[i] = info["final_obs"][i]
+        success = self._success(info, done)
+        reward = np.asarray(reward, dtype=np.float64)
+        self.tracker.add(reward, success)
+        out_info: dict[str, Any] = {
+            "final_obs": self._obs(final),
+            "episode": self.tracker.finish(done, success, self.device),
+            "reward_terms": {},
+        }
+        if success is not None:
+            out_info["success"] = to_torch(success, self.device)
+        return (
+            self._obs(obs),
+            to_torch(reward.astype(np.float32), self.device),
+            to_torch(terminated, self.device),
+            to_torch(truncated, self.device),
+            out_info,
+        )
+
+    def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
+        """Frames at the env's own render size (gymnasium fixes it when the env is made)."""
+        ids = range(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
+        return np.stack([self.envs.envs[int(i)].render() for i in ids])
+
+    def close(self) -> None:
+        self.envs.close()
+
+    def _obs(self, obs: np.ndarray) -> Obs:
+        tensor = to_torch(np.asarray(obs, dtype=np.float32).reshape(self.num_envs, -1), self.device)
+        return {"policy": tensor, "critic": tensor}
+
+    def _success(self, info: dict[str, Any], done: np.ndarray) -> np.ndarray | None:
+        """gymnasium's `is_success` flags where the env reports them (in `final_info` for finished envs)."""
+        if "is_success" not in info and "is_success" not in info.get("final_info", {}):
+            return None
+        success = np.asarray(info.get("is_success", np.zeros(self.num_envs)), dtype=bool)
+        final = info.get("final_info", {})
+        if "is_success" in final:
+            success = np.where(done, np.asarray(final["is_success"], dtype=bool), success)
+        return success

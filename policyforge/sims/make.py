@@ -1,0 +1,43 @@
+"""Building tasks and environments from configs."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from policyforge.config import ConfigError, from_dict
+from policyforge.sims.config import SimConfig
+from policyforge.sims.task import Task
+from policyforge.sims.tasks import TASKS
+from policyforge.sims.vec_env import VecEnv
+
+
+def make_task(name: str, options: dict[str, Any] | None = None) -> Task:
+    """A task by registry name, with its options checked against the task's config class."""
+    if name not in TASKS:
+        close = difflib.get_close_matches(name, list(TASKS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError("sim.task", f"unknown task {name!r}{hint}; available: {', '.join(TASKS)}, or gym:<id>")
+    cls = TASKS[name]
+    config = from_dict(cls.config_class, options or {}, "sim.task_options")
+    return cls(cls.load_model(config), config)
+
+
+def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
+    """The VecEnv a `SimConfig` describes, reset with `seed`."""
+    if config.task.startswith("gym:"):
+        from policyforge.sims.gym_env import GymVecEnv
+
+        return GymVecEnv(config.task[4:], config.num_envs, device=config.device, seed=seed, **config.task_options)
+    task = make_task(config.task, config.task_options)
+    from policyforge.sims.mujoco_env import MujocoVecEnv
+
+    return MujocoVecEnv(
+        task,
+        config.num_envs,
+        num_threads=config.num_threads,
+        device=config.device,
+        randomization=config.randomization,
+        image=config.image,
+        seed=seed,
+    )

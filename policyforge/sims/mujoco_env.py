@@ -1,0 +1,236 @@
+"""Native MuJoCo backend: N simulations in one `mujoco.batch.Batch`, stepped by C threads without the GIL.
+
+Physics state lives in the batch; task functions read its bound arrays ([N, ...] numpy views, no copies)
+and results reach torch through `torch.from_numpy` (no copies on the CPU). Per-env physical parameters are
+the batch's expanded model fields, written by the randomiser.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mujoco
+import mujoco.batch
+import numpy as np
+import torch
+
+from policyforge.sims import render as _render  # sets MUJOCO_GL before mujoco is imported
+from policyforge.sims.config import ImageConfig, RandomizationConfig
+from policyforge.sims.randomization import Randomizer
+from policyforge.sims.task import NumpySampler, Task, TaskState
+from policyforge.sims.vec_env import (
+    EpisodeTracker,
+    Obs,
+    SimulationError,
+    StepResult,
+    VecEnv,
+    check_finite,
+    to_torch,
+    validate_action,
+)
+
+_WARNING_CAUSES = {
+    mujoco.mjtWarning.mjWARN_CONTACTFULL: "contact buffer overflow: too many contacts for the arena; "
+    "raise <size memory=...> in the MJCF or reduce colliding geoms",
+    mujoco.mjtWarning.mjWARN_CNSTRFULL: "constraint buffer overflow: too many constraints for the arena; "
+    "raise <size memory=...> in the MJCF",
+    mujoco.mjtWarning.mjWARN_BADQPOS: "non-finite or huge joint positions: the simulation diverged",
+    mujoco.mjtWarning.mjWARN_BADQVEL: "non-finite or huge joint velocities: the simulation diverged",
+    mujoco.mjtWarning.mjWARN_BADQACC: "non-finite or huge accelerations: the simulation diverged",
+    mujoco.mjtWarning.mjWARN_BADCTRL: "non-finite control: the task's action mapping produced NaN/inf",
+}
+_DIVERGED_HINT = " (MuJoCo reset this env; lower the timestep or gains, or check the actions)"
+
+
+class MujocoVecEnv(VecEnv):
+    """The `mujoco` backend of the VecEnv contract for a policyforge `Task`."""
+
+    def __init__(
+        self,
+        task: Task,
+        num_envs: int,
+        *,
+        num_threads: int = 0,
+        device: str | torch.device = "cpu",
+        randomization: RandomizationConfig | None = None,
+        image: ImageConfig | None = None,
+        seed: int = 0,
+    ):
+        self.task = task
+        self.num_envs = num_envs
+        self.action_dim = task.action_dim
+        self.device = torch.device(device)
+        self.control_dt = task.config.control_dt
+        self.episode_steps = task.episode_steps
+        model = task.model
+        self.batch = mujoco.batch.Batch(model, num_envs, num_threads, persistent=True)
+        self.phys = {name: self.batch.bind(name) for name in task.physics_fields}
+        self._state_fields = {name: self.batch.bind(name) for name in ("qpos", "qvel", "ctrl")}
+        if model.nmocap:
+            self._state_fields["mocap_pos"] = self.batch.bind("mocap_pos")
+        randomization = randomization or RandomizationConfig()
+        self.randomizer = Randomizer(randomization, model, task.root_body, task.name)
+        self._resample_on_reset = randomization.resample_on_reset
+        self._image = image if image is not None and image.cameras else None
+        self._renderers: dict[tuple[int, int], _render.FrameRenderer] = {}
+        self._scratch = mujoco.MjData(model)
+        self.rng = np.random.default_rng(seed)
+        self.steps = np.zeros(num_envs, dtype=np.int64)
+        self.tracker = EpisodeTracker(num_envs)
+        self.vars: dict[str, np.ndarray] = {}
+        self._warning_counts = np.zeros(self.batch.warning.shape[:2], dtype=np.int64)
+        obs = self.reset(seed)
+        self.obs_shapes = {key: tuple(value.shape[1:]) for key, value in obs.items()}
+
+    # -- contract ----------------------------------------------------------------------------------------
+
+    @property
+    def cameras(self) -> list[str]:
+        return _render.camera_names(self.task.model)
+
+    def reset(self, seed: int | None = None) -> Obs:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self._reset_envs(np.arange(self.num_envs), resample=True)
+        self.tracker.clear()
+        obs = self.task.observe(self.state, np)
+        return self._to_torch_obs(obs, self._images(np.arange(self.num_envs)))
+
+    def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
+        action = validate_action(action, self.num_envs, self.action_dim)
+        task = self.task
+        self._state_fields["ctrl"][:] = task.control(action, self.state, np)
+        self._physics_step()
+        self.steps += 1
+        self.vars = task.update_vars(self.state, action, np)
+        state = self.state
+        reward, terms = task.reward(state, action, np)
+        success = task.success(state, np)
+        terminated = np.asarray(task.terminated(state, np), dtype=bool)
+        truncated = (self.steps >= self.episode_steps) & ~terminated
+        obs = task.observe(state, np)
+        check_finite(self.num_envs, {"reward": reward, **{f"observation {k!r}": v for k, v in obs.items()}})
+        self.tracker.add(reward, success)
+        images = self._images(np.arange(self.num_envs))
+        final_obs = self._to_torch_obs(obs, images)
+        done = terminated | truncated
+        info: dict[str, Any] = {
+            "final_obs": final_obs,
+            "episode": self.tracker.finish(done, success, self.device),
+            "reward_terms": {k: to_torch(np.asarray(v, dtype=np.float32), self.device) for k, v in terms.items()},
+        }
+        if success is not None:
+            info["success"] = to_torch(success, self.device)
+        next_obs = final_obs
+        if done.any():
+            ids = np.flatnonzero(done)
+            self._reset_envs(ids, resample=self._resample_on_reset)
+            next_obs = self._merge_reset_obs(obs, images, ids)
+        return (
+            next_obs,
+            to_torch(reward.astype(np.float32), self.device),
+            to_torch(terminated, self.device),
+            to_torch(truncated, self.device),
+            info,
+        )
+
+    def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
+        ids = np.arange(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
+        renderer = self._renderer(width, height)
+        return np.stack([renderer.render(self.batch.get_data(int(i), self._scratch), camera) for i in ids])
+
+    def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> TaskState:
+        return TaskState(self.phys, self.vars)
+
+    def _physics_step(self) -> None:
+        try:
+            self.batch.step(nstep=self.task.control_decimation, stage=mujoco.mjtStage.mjSTAGE_VEL)
+        except mujoco.batch.SimulationError as err:
+            raise SimulationError(err.ids, f"MuJoCo error: {self.batch.error(int(err.ids[0]))}") from err
+        counts = self.batch.warning[:, :, 1]
+        risen = counts > self._warning_counts
+        if risen.any():
+            env_ids, kinds = np.nonzero(risen)
+            kind = mujoco.mjtWarning(int(kinds[0]))
+            cause = _WARNING_CAUSES.get(kind, f"MuJoCo warning {kind.name}")
+            diverged = kind in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+            raise SimulationError(np.unique(env_ids), cause + (_DIVERGED_HINT if diverged else ""))
+        self._warning_counts[:] = counts
+
+    def _reset_envs(self, ids: np.ndarray, resample: bool) -> None:
+        """Draw initial states (and, if asked, physical parameters) for envs `ids`, then run mj_forward."""
+        sampler = NumpySampler(self.rng)
+        initial = self.task.reset(sampler, len(ids), np)
+        self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        new_vars = dict(initial.vars)
+        if resample or not self.vars:
+            params = self.randomizer.sample(sampler, len(ids), np)
+            for name, values in self.randomizer.model_fields(params, np).items():
+                self.batch.expand(name)[ids] = values
+            if self.randomizer.changes_mass:
+                self.batch.set_const(ids)  # before writing the state: mj_setConst uses the data as scratch
+            new_vars.update(params)
+        for name, values in (("qpos", initial.qpos), ("qvel", initial.qvel), ("ctrl", initial.ctrl)):
+            self._state_fields[name][ids] = values
+        if initial.mocap_pos is not None:
+            self._state_fields["mocap_pos"][ids] = initial.mocap_pos
+        self._write_vars(ids, new_vars)
+        try:
+            self.batch.forward(ids)
+        except mujoco.batch.SimulationError as err:
+            raise SimulationError(err.ids, f"MuJoCo error at reset: {self.batch.error(int(err.ids[0]))}") from err
+        self.steps[ids] = 0
+        self._warning_counts[ids] = self.batch.warning[ids, :, 1]
+
+    def _write_vars(self, ids: np.ndarray, new_vars: dict[str, np.ndarray]) -> None:
+        if not self.vars:
+            self.vars = {
+                k: np.zeros((self.num_envs, *np.shape(v)[1:]), np.asarray(v).dtype) for k, v in new_vars.items()
+            }
+        for name, values in new_vars.items():
+            self.vars[name][ids] = values
+
+    def _merge_reset_obs(self, obs: dict[str, np.ndarray], images: np.ndarray | None, ids: np.ndarray) -> Obs:
+        """Observations after resetting envs `ids`: their first observations, everyone else's unchanged."""
+        subset = TaskState({k: v[ids] for k, v in self.phys.items()}, {k: v[ids] for k, v in self.vars.items()})
+        fresh = self.task.observe(subset, np)
+        merged = {key: value.copy() for key, value in obs.items()}
+        for key, value in fresh.items():
+            merged[key][ids] = value
+        if images is not None:
+            images = images.copy()
+            images[ids] = self._images(ids)
+        return self._to_torch_obs(merged, images)
+
+    def _images(self, ids: np.ndarray) -> np.ndarray | None:
+        """Image observations [n, V, H, W, 3] uint8 of envs `ids`, or None without cameras configured."""
+        if self._image is None:
+            return None
+        cfg = self._image
+        renderer = self._renderer(cfg.width, cfg.height)
+        frames = np.empty((len(ids), len(cfg.cameras), cfg.height, cfg.width, 3), dtype=np.uint8)
+        for row, env in enumerate(ids):
+            data = self.batch.get_data(int(env), self._scratch)
+            for view, camera in enumerate(cfg.cameras):
+                frames[row, view] = renderer.render(data, camera)
+        return frames
+
+    def _renderer(self, width: int, height: int) -> _render.FrameRenderer:
+        key = (width, height)
+        if key not in self._renderers:
+            self._renderers[key] = _render.FrameRenderer(self.task.model, width, height)
+        return self._renderers[key]
+
+    def _to_torch_obs(self, obs: dict[str, np.ndarray], images: np.ndarray | None) -> Obs:
+        out = {key: to_torch(value.astype(np.float32), self.device) for key, value in obs.items()}
+        if images is not None:
+            out["image"] = to_torch(images, self.device)
+        return out

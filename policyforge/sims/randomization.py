@@ -1,0 +1,97 @@
+"""Domain randomisation: per-environment physical parameters as a function from samples to model fields.
+
+`Randomizer.sample` draws parameters per env (kept in the task variables as `dr_*`, so privileged critics
+can see them); `Randomizer.model_fields` turns them into per-env values of MjModel fields, [n, ...], with
+the array namespace `xp`, so that the native backend writes them into its batch and MJX into its model.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from policyforge.config import ConfigError
+from policyforge.sims.config import RandomizationConfig
+from policyforge.sims.task import Array, Sampler, Xp
+
+PARAMS = ("dr_friction", "dr_mass", "dr_kp", "dr_kd", "dr_com")
+"""Task variables written by the randomiser; 1 (scales) or 0 (offsets) when not randomised."""
+
+
+class Randomizer:
+    """Samples per-env parameters from a `RandomizationConfig` and maps them onto model fields."""
+
+    def __init__(self, config: RandomizationConfig, model: mujoco.MjModel, root_body: str | None, task: str):
+        self.config = config
+        self.pd_actuators = _position_servos(model)
+        if (config.kp_scale or config.kd_scale) and not self.pd_actuators.any():
+            raise ConfigError(
+                "sim.randomization.kp_scale",
+                f"task {task} has no PD position actuators to randomise; remove kp_scale and kd_scale",
+            )
+        if config.com_offset is not None and root_body is None:
+            raise ConfigError("sim.randomization.com_offset", f"task {task} names no root body; remove com_offset")
+        self.root_body = model.body(root_body).id if root_body else 0
+        self.base = {
+            "geom_friction": model.geom_friction.copy(),
+            "body_mass": model.body_mass.copy(),
+            "body_inertia": model.body_inertia.copy(),
+            "body_ipos": model.body_ipos.copy(),
+            "actuator_gainprm": model.actuator_gainprm.copy(),
+            "actuator_biasprm": model.actuator_biasprm.copy(),
+        }
+
+    @property
+    def changes_mass(self) -> bool:
+        """Whether derived constants (mj_setConst) must be recomputed after applying the fields."""
+        return self.config.mass_scale is not None or self.config.com_offset is not None
+
+    def sample(self, sampler: Sampler, n: int, xp: Xp) -> dict[str, Array]:
+        """Parameters of n envs: `dr_friction`, `dr_mass`, `dr_kp`, `dr_kd` [n] and `dr_com` [n, 3]."""
+        cfg = self.config
+
+        def scale(bounds: tuple[float, float] | None) -> Array:
+            return sampler.uniform(*bounds, (n,)) if bounds is not None else xp.ones(n)
+
+        com = xp.zeros((n, 3))
+        if cfg.com_offset is not None:
+            com = sampler.uniform(-cfg.com_offset, cfg.com_offset, (n, 3))
+        return {
+            "dr_friction": scale(cfg.friction),
+            "dr_mass": scale(cfg.mass_scale),
+            "dr_kp": scale(cfg.kp_scale),
+            "dr_kd": scale(cfg.kd_scale),
+            "dr_com": com,
+        }
+
+    def model_fields(self, params: dict[str, Array], xp: Xp) -> dict[str, Array]:
+        """Per-env values [n, ...] of the model fields the configured parameters change."""
+        cfg, base, fields = self.config, self.base, {}
+        if cfg.friction is not None:
+            sliding = xp.asarray([1.0, 0.0, 0.0])
+            factor = 1.0 + (params["dr_friction"][:, None, None] - 1.0) * sliding
+            fields["geom_friction"] = xp.asarray(base["geom_friction"]) * factor
+        if cfg.mass_scale is not None:
+            mass = params["dr_mass"]
+            fields["body_mass"] = xp.asarray(base["body_mass"]) * mass[:, None]
+            fields["body_inertia"] = xp.asarray(base["body_inertia"]) * mass[:, None, None]
+        if cfg.com_offset is not None:
+            root = xp.asarray(np.arange(len(base["body_ipos"])) == self.root_body, dtype=float)[:, None]
+            fields["body_ipos"] = xp.asarray(base["body_ipos"]) + params["dr_com"][:, None, :] * root
+        if cfg.kp_scale is not None or cfg.kd_scale is not None:
+            pd = xp.asarray(self.pd_actuators, dtype=float)[:, None]
+            kp, kd = params["dr_kp"][:, None, None], params["dr_kd"][:, None, None]
+            gain_mask = pd * xp.asarray(np.eye(10)[0])
+            kp_mask, kd_mask = pd * xp.asarray(np.eye(10)[1]), pd * xp.asarray(np.eye(10)[2])
+            fields["actuator_gainprm"] = xp.asarray(base["actuator_gainprm"]) * (1.0 + (kp - 1.0) * gain_mask)
+            factor = (1.0 + (kp - 1.0) * kp_mask) * (1.0 + (kd - 1.0) * kd_mask)
+            fields["actuator_biasprm"] = xp.asarray(base["actuator_biasprm"]) * factor
+        return fields
+
+
+def _position_servos(model: mujoco.MjModel) -> np.ndarray:
+    """bool [nu]: actuators that are PD position servos (fixed gain kp, affine bias −kp·q − kd·q̇)."""
+    fixed = model.actuator_gaintype == mujoco.mjtGain.mjGAIN_FIXED
+    affine = model.actuator_biastype == mujoco.mjtBias.mjBIAS_AFFINE
+    servo = np.isclose(model.actuator_biasprm[:, 1], -model.actuator_gainprm[:, 0])
+    return fixed & affine & servo & (model.actuator_gainprm[:, 0] > 0)

@@ -1,0 +1,42 @@
+"""Offscreen RGB rendering of batched simulations through MuJoCo's renderer (EGL; software Mesa without a GPU)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # headless by default; must precede the first `import mujoco`
+
+import mujoco
+import numpy as np
+
+
+def camera_names(model: mujoco.MjModel) -> list[str]:
+    """Names of the model's cameras."""
+    return [model.camera(i).name for i in range(model.ncam)]
+
+
+class FrameRenderer:
+    """Renders frames of one model at a fixed size from MjData states; reuse it across calls."""
+
+    def __init__(self, model: mujoco.MjModel, width: int, height: int):
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
+        model.vis.global_.offheight = max(model.vis.global_.offheight, height)
+        self.model = model
+        self.cameras = camera_names(model)
+        self._renderer = mujoco.Renderer(model, height=height, width=width)
+
+    def camera_id(self, camera: str | None) -> int:
+        """Id of `camera` (None: the first camera, or the free camera if the model has none)."""
+        if camera is None:
+            return 0 if self.cameras else -1
+        if camera not in self.cameras:
+            raise ValueError(f"unknown camera {camera!r}; this model has {self.cameras}")
+        return self.cameras.index(camera)
+
+    def render(self, data: mujoco.MjData, camera: str | None = None) -> np.ndarray:
+        """One RGB frame [H, W, 3] uint8 of `data` (whose kinematics must be current)."""
+        self._renderer.update_scene(data, camera=self.camera_id(camera))
+        return self._renderer.render()
+
+    def close(self) -> None:
+        self._renderer.close()

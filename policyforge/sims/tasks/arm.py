@@ -1,0 +1,214 @@
+"""The Panda-kinematics arm shared by `arm-*` tasks: control modes, differential IK, observations.
+
+Control modes (actions [N, A] in [-1, 1]; the last entry always opens (+1) or closes (-1) the gripper):
+- `joint_delta` (A = 8): joint targets q + a · v_max · control_dt · joint_speed_fraction.
+- `ee_delta_pose` (A = 7): TCP translation a[:3] · ee_step (world frame, metres) and rotation vector
+  a[3:6] · ee_rot_step (world frame, radians), solved by damped least-squares differential IK.
+- `ee_delta_topdown` (A = 5): TCP translation and yaw a[3] · ee_rot_step, the gripper kept pointing down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import mujoco
+import numpy as np
+
+from policyforge.config import check
+from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp, asset_path
+from policyforge.sims.xmath import cross, quat_mul, quat_rotate, quat_to_axis_angle, wrap_angle, yaw_quat
+
+HOME_QPOS = np.array([0.0, -np.pi / 4, 0.0, -3 * np.pi / 4, 0.0, np.pi / 2, np.pi / 4])
+"""The Panda's 'ready' pose: TCP at (0.307, 0, 0.487) m pointing down."""
+VELOCITY_LIMITS = np.array([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])
+"""Panda joint velocity limits, rad/s (datasheet)."""
+FINGER_OPEN = 0.04
+"""Opening of each finger when the gripper is open, m (Franka Hand: 80 mm stroke)."""
+ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
+POLICY_SENSORS = [f"q{i}" for i in range(1, 8)] + [f"dq{i}" for i in range(1, 8)] + ["tcp_pos", "tcp_quat"]
+DOWN_QUAT = np.array([0.0, 1.0, 0.0, 0.0])
+"""TCP orientation pointing down with zero yaw: a half turn about world x."""
+
+ControlMode = Literal["joint_delta", "ee_delta_pose", "ee_delta_topdown"]
+
+
+@dataclasses.dataclass
+class ArmConfig(TaskConfig):
+    """Options shared by the `arm-*` tasks."""
+
+    control_dt: float = 0.04
+    """Seconds between actions (25 Hz) over 5 ms physics steps."""
+    episode_seconds: float = 4.0
+    """Episode length in seconds."""
+    control_mode: ControlMode = "ee_delta_topdown"
+    """How actions drive the arm: `joint_delta`, `ee_delta_pose` or `ee_delta_topdown` (module docstring)."""
+    reward_type: Literal["dense", "sparse"] = "dense"
+    """`dense`: shaped progress in [0, 1]; `sparse`: 1 on success, else 0."""
+    terminate_on_success: bool = False
+    """End the episode (terminated) as soon as the task succeeds."""
+    success_threshold: float = 0.05
+    """Distance (m) under which a position counts as reached."""
+    joint_speed_fraction: float = 0.5
+    """`joint_delta`: fraction of each joint's velocity limit commanded by |action| = 1."""
+    ee_step: float = 0.03
+    """`ee_delta_*`: TCP translation per control step at |action| = 1, m."""
+    ee_rot_step: float = 0.15
+    """`ee_delta_*`: TCP rotation per control step at |action| = 1, rad."""
+    ik_damping: float = 0.05
+    """Damping λ of the least-squares IK, Δq = Jᵀ(JJᵀ + λ²I)⁻¹ e."""
+    init_joint_noise: float = 0.05
+    """Initial arm joints: the ready pose plus uniform noise of this size, rad."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.success_threshold > 0, "success_threshold", "must be > 0 m")
+        check(0 < self.joint_speed_fraction <= 1, "joint_speed_fraction", "must be in (0, 1]")
+        check(self.ee_step > 0 and self.ee_rot_step > 0, "ee_step", "ee_step and ee_rot_step must be > 0")
+        check(self.ik_damping >= 0, "ik_damping", "must be ≥ 0")
+
+
+class ArmTask(Task):
+    """Base of the arm tasks: model, reset of the arm, control modes, proprioceptive observations."""
+
+    config_class = ArmConfig
+    xml_file = "panda_scene.xml"
+    physics_fields = ("qpos", "qvel", "ctrl", "sensordata", "cdof", "subtree_com")
+    has_cube = True
+    config: ArmConfig
+
+    @classmethod
+    def load_model(cls, config: ArmConfig) -> mujoco.MjModel:
+        spec = mujoco.MjSpec.from_file(str(asset_path(cls.xml_file)))
+        if not cls.has_cube:
+            for name in ("cube_pos", "cube_quat"):
+                spec.delete(spec.sensor(name))
+            spec.delete(spec.body("cube"))
+            key = spec.key("home")
+            key.qpos = list(key.qpos)[:9]
+        return spec.compile()
+
+    def __init__(self, model: mujoco.MjModel, config: ArmConfig):
+        super().__init__(model, config)
+        self.arm_qpos = np.array([model.joint(j).qposadr[0] for j in ARM_JOINTS])
+        self.arm_dofs = np.array([model.joint(j).dofadr[0] for j in ARM_JOINTS])
+        self.finger_qpos = np.array([model.joint(f"finger_{s}").qposadr[0] for s in ("left", "right")])
+        self.joint_low = model.jnt_range[[model.joint(j).id for j in ARM_JOINTS], 0]
+        self.joint_high = model.jnt_range[[model.joint(j).id for j in ARM_JOINTS], 1]
+        self.max_joint_step = VELOCITY_LIMITS * config.control_dt
+        self.max_lead = 2 * self.max_joint_step
+        self.cube_qpos = model.joint("cube").qposadr[0] if self.has_cube else None
+        self.arm_root = int(model.body_rootid[model.body("hand").id])
+
+    @property
+    def action_dim(self) -> int:
+        return {"joint_delta": 8, "ee_delta_pose": 7, "ee_delta_topdown": 5}[self.config.control_mode]
+
+    # -- reset -------------------------------------------------------------------------------------------
+
+    def reset_arm(self, sampler: Sampler, n: int, xp: Xp) -> tuple[Array, Array]:
+        """qpos [n, nq] (arm near the ready pose, gripper open, cube at home) and ctrl [n, nu]."""
+        noise = sampler.uniform(-1.0, 1.0, (n, 7)) * self.config.init_joint_noise
+        arm = xp.clip(xp.asarray(HOME_QPOS) + noise, self.joint_low, self.joint_high)
+        fingers = xp.full((n, 2), FINGER_OPEN)
+        rest = xp.broadcast_to(xp.asarray(self.model.key_qpos[0, 9:]), (n, self.model.nq - 9))
+        return xp.concatenate([arm, fingers, rest], axis=1), xp.concatenate([arm, fingers], axis=1)
+
+    def reset_vars(self, n: int, goal: Array, xp: Xp) -> dict[str, Array]:
+        return {"goal": goal, "last_action": xp.zeros((n, self.action_dim))}
+
+    def make_reset(self, qpos: Array, ctrl: Array, goal: Array, marker: Array, xp: Xp) -> ResetState:
+        n = qpos.shape[0]
+        return ResetState(qpos, xp.zeros((n, self.model.nv)), ctrl, marker[:, None, :], self.reset_vars(n, goal, xp))
+
+    # -- control -----------------------------------------------------------------------------------------
+
+    def control(self, action: Array, state: TaskState, xp: Xp) -> Array:
+        """PD targets [N, 9]. Joint steps are added to the previous targets (not to the measured joints), so
+        a constant action moves at a constant speed despite the PD lag; targets stay within `max_lead` of
+        the measured joints so that a blocked arm does not wind up."""
+        sensordata = state.phys["sensordata"]
+        q = self.sensor.group(sensordata, [f"q{i}" for i in range(1, 8)], xp)
+        if self.config.control_mode == "joint_delta":
+            dq = action[:, :7] * self.max_joint_step * self.config.joint_speed_fraction
+        else:
+            dq = self._ik(self._pose_error(action, sensordata, xp), self._tcp_jacobian(state.phys, xp), q, xp)
+        lead = self.max_lead
+        target = xp.clip(state.phys["ctrl"][:, :7] + dq, q - lead, q + lead)
+        target = xp.clip(target, self.joint_low, self.joint_high)
+        fingers = (action[:, -1:] + 1.0) * (FINGER_OPEN / 2)
+        return xp.concatenate([target, fingers, fingers], axis=1)
+
+    def _pose_error(self, action: Array, sensordata: Array, xp: Xp) -> Array:
+        """Desired TCP twist for this step, [N, 6] (translation m, rotation vector rad; world frame)."""
+        translation = action[:, :3] * self.config.ee_step
+        if self.config.control_mode == "ee_delta_pose":
+            return xp.concatenate([translation, action[:, 3:6] * self.config.ee_rot_step], axis=1)
+        tcp_quat = self.sensor(sensordata, "tcp_quat")
+        yaw = tcp_yaw(tcp_quat, xp) + action[:, 3] * self.config.ee_rot_step
+        desired = quat_mul(yaw_quat(yaw, xp), xp.broadcast_to(xp.asarray(DOWN_QUAT), tcp_quat.shape), xp)
+        conj = tcp_quat * xp.asarray([1.0, -1.0, -1.0, -1.0])
+        rotation = quat_to_axis_angle(quat_mul(desired, conj, xp), xp)
+        return xp.concatenate([translation, rotation], axis=1)
+
+    def _tcp_jacobian(self, phys: dict[str, Array], xp: Xp) -> Array:
+        """TCP Jacobian over the arm joints, [N, 6, 7] (translation rows, then rotation), from the motion
+        axes `cdof` [N, nv, 6] as mj_jac computes it: linear part + angular × (point − subtree CoM)."""
+        cdof = phys["cdof"][:, self.arm_dofs]  # [N, 7, 6]: angular, linear
+        offset = self.sensor(phys["sensordata"], "tcp_pos") - phys["subtree_com"][:, self.arm_root]
+        angular = cdof[:, :, :3]
+        linear = cdof[:, :, 3:] + cross(angular, offset[:, None, :], xp)
+        return xp.swapaxes(xp.concatenate([linear, angular], axis=2), 1, 2)
+
+    def _ik(self, error: Array, jac: Array, q: Array, xp: Xp) -> Array:
+        """Joint step [N, 7] for a TCP twist [N, 6] given the Jacobian [N, 6, 7]: damped least squares plus
+        a pull towards the ready pose in the Jacobian's null space, limited to the joints' velocity limits."""
+        jac_t = xp.swapaxes(jac, 1, 2)
+        gram = jac @ jac_t + (self.config.ik_damping**2) * xp.eye(6)
+        posture = 0.1 * (xp.asarray(HOME_QPOS) - q)
+        # one solve for both right-hand sides: Δq = J⁺e + (I − J⁺J)·posture, with J⁺ = Jᵀ(JJᵀ + λ²I)⁻¹
+        rhs = xp.stack([error, (jac @ posture[:, :, None])[:, :, 0]], axis=2)
+        solved = xp.linalg.solve(gram, rhs)  # [N, 6, 2]
+        dq = (jac_t @ (solved[:, :, 0] - solved[:, :, 1])[:, :, None])[:, :, 0] + posture
+        return xp.clip(dq, -self.max_joint_step, self.max_joint_step)
+
+    # -- observations ------------------------------------------------------------------------------------
+
+    def proprioception(self, state: TaskState, xp: Xp) -> Array:
+        """Joint positions and velocities, gripper opening and TCP pose: [N, 22]."""
+        sensordata = state.phys["sensordata"]
+        fingers = self.sensor(sensordata, "finger_left_pos") + self.sensor(sensordata, "finger_right_pos")
+        return xp.concatenate([self.sensor.group(sensordata, POLICY_SENSORS, xp), fingers], axis=1)
+
+    def tcp_pos(self, state: TaskState) -> Array:
+        return self.sensor(state.phys["sensordata"], "tcp_pos")
+
+    def cube_pos(self, state: TaskState) -> Array:
+        return self.sensor(state.phys["sensordata"], "cube_pos")
+
+    def touching(self, state: TaskState) -> tuple[Array, Array]:
+        """Whether each finger pad touches something, bool [N] each."""
+        sensordata = state.phys["sensordata"]
+        return self.sensor(sensordata, "touch_left")[:, 0] > 0, self.sensor(sensordata, "touch_right")[:, 0] > 0
+
+    def terminated(self, state: TaskState, xp: Xp) -> Array:
+        if self.config.terminate_on_success:
+            return self.success(state, xp)
+        return super().terminated(state, xp)
+
+    def finish_reward(self, dense: Array, success: Array, xp: Xp) -> Array:
+        """The configured reward: dense progress in [0, 1] (1 on success) or the sparse success flag."""
+        if self.config.reward_type == "sparse":
+            return success.astype(dense.dtype)
+        return xp.where(success, 1.0, dense)
+
+
+def tcp_yaw(tcp_quat: Array, xp: Xp) -> Array:
+    """Yaw [N] of a (roughly) downward TCP: the heading of its x axis in the world's xy plane."""
+    x_axis = quat_rotate(tcp_quat, xp.broadcast_to(xp.asarray([1.0, 0.0, 0.0]), tcp_quat[:, 1:].shape), xp)
+    return xp.arctan2(x_axis[:, 1], x_axis[:, 0])
+
+
+def grasp_yaw(cube_yaw: Array, tcp_yaw_now: Array, xp: Xp) -> Array:
+    """Gripper yaw [N] closest to the current one that lines the fingers up with a cube's faces."""
+    return tcp_yaw_now + wrap_angle(4 * (cube_yaw - tcp_yaw_now), xp) / 4

@@ -1,0 +1,200 @@
+"""`quadruped-walk`: a Go2-sized quadruped tracks a commanded body velocity (50 Hz policy, 200 Hz physics).
+
+Actions [N, 12] in [-1, 1] offset the PD position targets from the standing pose, in Unitree's motor
+order (FR, FL, RR, RL × hip, thigh, calf). Rewards follow legged_gym / MuJoCo Playground: exponential
+velocity tracking plus small regularisers, summed, scaled by the control dt and clipped at zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from policyforge.config import check
+from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp
+from policyforge.sims.xmath import quat_rotate_inverse
+
+LEGS = ("FR", "FL", "RR", "RL")
+JOINT_NAMES = tuple(f"{leg}_{part}_joint" for leg in LEGS for part in ("hip", "thigh", "calf"))
+"""Joint (and motor) order: Unitree's FR, FL, RR, RL × hip, thigh, calf."""
+STAND_QPOS = np.tile([0.0, 0.9, -1.8], 4)
+"""Standing joint pose, rad."""
+STAND_HEIGHT = 0.29
+"""Trunk height at reset, m."""
+DEFAULT_WEIGHTS = {
+    "tracking_lin_vel": 1.5,
+    "tracking_ang_vel": 0.8,
+    "lin_vel_z": -2.0,
+    "ang_vel_xy": -0.05,
+    "orientation": -5.0,
+    "torques": -2e-4,
+    "action_rate": -0.01,
+    "feet_air_time": 1.0,
+    "joint_pose": -0.1,
+}
+
+
+@dataclasses.dataclass
+class QuadrupedConfig(TaskConfig):
+    """Options of `quadruped-walk`."""
+
+    control_dt: float = 0.02
+    """Seconds between actions: 50 Hz over 5 ms (200 Hz) physics."""
+    episode_seconds: float = 20.0
+    """Episode length in seconds."""
+    action_scale: float = 0.5
+    """PD target offset from the standing pose at |action| = 1, rad."""
+    command_x: tuple[float, float] = (-0.5, 1.0)
+    """Range of commanded forward speed, m/s (body frame)."""
+    command_y: tuple[float, float] = (-0.3, 0.3)
+    """Range of commanded sideways speed, m/s."""
+    command_yaw: tuple[float, float] = (-1.0, 1.0)
+    """Range of commanded turn rate, rad/s."""
+    zero_command_probability: float = 0.1
+    """Probability that an episode commands standing still."""
+    tracking_sigma: float = 0.25
+    """Width of the exponential tracking rewards, (m/s)²."""
+    air_time_target: float = 0.2
+    """Swing duration (s) above which a foot's touchdown is rewarded."""
+    min_height: float = 0.15
+    """Terminate when the trunk drops below this height, m."""
+    max_tilt: float = 1.0
+    """Terminate when the trunk tilts more than this from upright, rad."""
+    init_joint_noise: float = 0.1
+    """Initial joints: the standing pose plus uniform noise of this size, rad."""
+    reward_weights: dict[str, float] = dataclasses.field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    """Weight of each reward term; terms missing here weigh 0. Known: see DEFAULT_WEIGHTS."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = set(self.reward_weights) - set(DEFAULT_WEIGHTS)
+        check(
+            not unknown,
+            "reward_weights",
+            f"unknown terms {sorted(unknown)}; known: {sorted(DEFAULT_WEIGHTS)}",
+        )
+        for name in ("command_x", "command_y", "command_yaw"):
+            low, high = getattr(self, name)
+            check(low <= high, name, f"must be [low, high] with low ≤ high, got {[low, high]}")
+        check(self.action_scale > 0, "action_scale", "must be > 0 rad")
+        check(0 <= self.zero_command_probability <= 1, "zero_command_probability", "must be in [0, 1]")
+
+
+class QuadrupedWalk(Task):
+    """Velocity-command tracking on flat ground with privileged critic observations."""
+
+    name = "quadruped-walk"
+    config_class = QuadrupedConfig
+    xml_file = "go2.xml"
+    root_body = "trunk"
+    config: QuadrupedConfig
+
+    def __init__(self, model, config: QuadrupedConfig):
+        super().__init__(model, config)
+        ranges = model.jnt_range[[model.joint(j).id for j in JOINT_NAMES]]
+        self.joint_low, self.joint_high = ranges[:, 0], ranges[:, 1]
+        self.pos_sensors = [f"{leg}_{p}_pos" for leg in LEGS for p in ("hip", "thigh", "calf")]
+        self.vel_sensors = [f"{leg}_{p}_vel" for leg in LEGS for p in ("hip", "thigh", "calf")]
+        self.torque_sensors = [f"{leg}_{p}_torque" for leg in LEGS for p in ("hip", "thigh", "calf")]
+        self.touch_sensors = [f"{leg}_touch" for leg in LEGS]
+
+    @property
+    def action_dim(self) -> int:
+        return 12
+
+    def reset(self, sampler: Sampler, n: int, xp: Xp) -> ResetState:
+        cfg = self.config
+        joints = xp.asarray(STAND_QPOS) + sampler.uniform(-1.0, 1.0, (n, 12)) * cfg.init_joint_noise
+        joints = xp.clip(joints, self.joint_low, self.joint_high)
+        root = xp.broadcast_to(xp.asarray([0.0, 0.0, STAND_HEIGHT, 1.0, 0.0, 0.0, 0.0]), (n, 7))
+        low = xp.asarray([cfg.command_x[0], cfg.command_y[0], cfg.command_yaw[0]])
+        high = xp.asarray([cfg.command_x[1], cfg.command_y[1], cfg.command_yaw[1]])
+        command = sampler.uniform(low, high, (n, 3))
+        standing = sampler.uniform(0.0, 1.0, (n, 1)) < cfg.zero_command_probability
+        command = xp.where(standing, 0.0, command)
+        vars_ = {
+            "command": command,
+            "last_action": xp.zeros((n, 12)),
+            "previous_action": xp.zeros((n, 12)),
+            "air_time": xp.zeros((n, 4)),
+            "landing_air_time": xp.zeros((n, 4)),
+        }
+        return ResetState(xp.concatenate([root, joints], axis=1), xp.zeros((n, 18)), joints, None, vars_)
+
+    def control(self, action: Array, state: TaskState, xp: Xp) -> Array:
+        target = xp.asarray(STAND_QPOS) + self.config.action_scale * action
+        return xp.clip(target, self.joint_low, self.joint_high)
+
+    # -- state readout -----------------------------------------------------------------------------------
+
+    def _gravity(self, sensordata: Array, xp: Xp) -> Array:
+        """Gravity direction in the trunk frame, [N, 3] (upright: (0, 0, -1))."""
+        quat = self.sensor(sensordata, "orientation")
+        down = xp.broadcast_to(xp.asarray([0.0, 0.0, -1.0]), quat[:, 1:].shape)
+        return quat_rotate_inverse(quat, down, xp)
+
+    def _contacts(self, sensordata: Array, xp: Xp) -> Array:
+        return self.sensor.group(sensordata, self.touch_sensors, xp) > 0
+
+    def update_vars(self, state: TaskState, action: Array, xp: Xp) -> dict[str, Array]:
+        contact = self._contacts(state.phys["sensordata"], xp)
+        air_time = state.vars["air_time"] + self.config.control_dt
+        return {
+            **state.vars,
+            "last_action": action,
+            "previous_action": state.vars["last_action"],
+            "landing_air_time": xp.where(contact & (state.vars["air_time"] > 0), air_time, 0.0),
+            "air_time": xp.where(contact, 0.0, air_time),
+        }
+
+    def observe(self, state: TaskState, xp: Xp) -> dict[str, Array]:
+        sensordata = state.phys["sensordata"]
+        joints = self.sensor.group(sensordata, self.pos_sensors, xp) - xp.asarray(STAND_QPOS)
+        policy = xp.concatenate(
+            [
+                0.25 * self.sensor(sensordata, "gyro"),
+                self._gravity(sensordata, xp),
+                state.vars["command"],
+                joints,
+                0.05 * self.sensor.group(sensordata, self.vel_sensors, xp),
+                state.vars["last_action"],
+            ],
+            axis=1,
+        )
+        privileged = [
+            self.sensor(sensordata, "local_linvel"),
+            self.sensor(sensordata, "position")[:, 2:],
+            self._contacts(sensordata, xp).astype(policy.dtype),
+            state.vars["dr_friction"][:, None],
+            self.sensor.group(sensordata, self.torque_sensors, xp) / 20.0,
+        ]
+        return {"policy": policy, "critic": xp.concatenate([policy, *privileged], axis=1)}
+
+    def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
+        cfg, sensordata = self.config, state.phys["sensordata"]
+        command = state.vars["command"]
+        velocity = self.sensor(sensordata, "local_linvel")
+        gyro = self.sensor(sensordata, "gyro")
+        joints = self.sensor.group(sensordata, self.pos_sensors, xp)
+        landing = state.vars["landing_air_time"]
+        moving = (xp.linalg.norm(command[:, :2], axis=1) > 0.1).astype(velocity.dtype)
+        terms = {
+            "tracking_lin_vel": xp.exp(-xp.sum((command[:, :2] - velocity[:, :2]) ** 2, axis=1) / cfg.tracking_sigma),
+            "tracking_ang_vel": xp.exp(-((command[:, 2] - gyro[:, 2]) ** 2) / cfg.tracking_sigma),
+            "lin_vel_z": velocity[:, 2] ** 2,
+            "ang_vel_xy": xp.sum(gyro[:, :2] ** 2, axis=1),
+            "orientation": xp.sum(self._gravity(sensordata, xp)[:, :2] ** 2, axis=1),
+            "torques": xp.sum(self.sensor.group(sensordata, self.torque_sensors, xp) ** 2, axis=1),
+            "action_rate": xp.sum((action - state.vars["previous_action"]) ** 2, axis=1),
+            "feet_air_time": moving * xp.sum((landing - cfg.air_time_target) * (landing > 0), axis=1),
+            "joint_pose": xp.sum((joints - xp.asarray(STAND_QPOS)) ** 2, axis=1),
+        }
+        total = sum(weight * terms[name] for name, weight in cfg.reward_weights.items())
+        return xp.maximum(total * cfg.control_dt, 0.0), terms
+
+    def terminated(self, state: TaskState, xp: Xp) -> Array:
+        sensordata = state.phys["sensordata"]
+        height = self.sensor(sensordata, "position")[:, 2]
+        upright = -self._gravity(sensordata, xp)[:, 2]
+        return (height < self.config.min_height) | (upright < np.cos(self.config.max_tilt))
