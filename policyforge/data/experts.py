@@ -10,7 +10,7 @@ import numpy as np
 from policyforge.sims.task import TaskState
 from policyforge.sims.tasks.arm import ArmTask, grasp_yaw, tcp_yaw
 from policyforge.sims.tasks.arm_tasks import CUBE_HALF, ArmLiftCube, ArmPushCube, ArmReach
-from policyforge.sims.xmath import quat_rotate
+from policyforge.sims.xmath import quat_rotate, wrap_angle
 
 OPEN, CLOSED = 1.0, -1.0
 
@@ -35,10 +35,12 @@ class ArmExpert:
         self.timer[env_ids] = 0
 
     def _move(self, state: TaskState, target: np.ndarray, yaw: np.ndarray, gripper: np.ndarray) -> np.ndarray:
-        tcp = self.task.tcp_pos(state)
-        current_yaw = tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np)
-        translation = np.clip((target - tcp) / self.task.config.ee_step, -1.0, 1.0)
-        turn = np.clip((yaw - current_yaw) / self.task.config.ee_rot_step, -1.0, 1.0)
+        """Action moving the controller's TCP target (which the arm follows with a lag) towards `target`."""
+        valid = state.vars["ee_target_valid"][:, None] > 0
+        reference = np.where(valid, state.vars["ee_target_pos"], self.task.tcp_pos(state))
+        quat = np.where(valid, state.vars["ee_target_quat"], self.task.sensor(state.phys["sensordata"], "tcp_quat"))
+        translation = np.clip((target - reference) / self.task.config.ee_step, -1.0, 1.0)
+        turn = np.clip(wrap_angle(yaw - tcp_yaw(quat, np), np) / self.task.config.ee_rot_step, -1.0, 1.0)
         action = np.concatenate([translation, turn[:, None], gripper[:, None]], axis=1)
         if self.action_noise > 0:
             action = action + self.action_noise * self.rng.standard_normal(action.shape)

@@ -49,7 +49,8 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if done.any():
             final = _numpy(info["final_obs"][self.obs_key])
             final_obs = np.empty(self.num_envs, dtype=object)
-            final_obs[done] = list(final[done])
+            for i in np.flatnonzero(done):
+                final_obs[i] = final[i]
             infos = {"final_obs": final_obs, "_final_obs": done}
             episode = info["episode"]
             infos["episode"] = {"r": _numpy(episode["return"]), "l": _numpy(episode["length"])}

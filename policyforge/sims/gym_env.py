@@ -29,7 +29,7 @@ class GymVecEnv(VecEnv):
         **env_kwargs: Any,
     ):
         try:
-            spec = gym.spec(env_id)
+            gym.spec(env_id)
         except gym.error.Error as err:
             raise ConfigError("sim.task", f"gym:{env_id} is not a registered gymnasium env ({err})") from None
         self.env_id = env_id
@@ -51,7 +51,7 @@ class GymVecEnv(VecEnv):
         self.device = torch.device(device)
         self.obs_shapes = {"policy": obs_space.shape, "critic": obs_space.shape}
         self.control_dt = float(getattr(self.envs.envs[0].unwrapped, "dt", 1.0))
-        self.episode_steps = int(spec.max_episode_steps or 10**9)
+        self.episode_steps = int(self.envs.envs[0].spec.max_episode_steps or 10**9)
         self._low, self._high = act_space.low.astype(np.float64), act_space.high.astype(np.float64)
         self._act_shape = act_space.shape
         self.tracker = EpisodeTracker(num_envs)

@@ -154,7 +154,17 @@ class MujocoVecEnv(VecEnv):
         try:
             self.batch.step(nstep=self.task.control_decimation, stage=mujoco.mjtStage.mjSTAGE_VEL)
         except mujoco.batch.SimulationError as err:
-            raise SimulationError(err.ids, f"MuJoCo error: {self.batch.error(int(err.ids[0]))}") from err
+            raise self._engine_error(err) from err
+        self._check_warnings()
+
+    def _engine_error(self, err: mujoco.batch.SimulationError) -> SimulationError:
+        message = self.batch.error(int(err.ids[0]))
+        if "out of memory" in message:
+            message = f"contact buffer overflow: the arena ran out of memory; raise <size memory=...> ({message})"
+        return SimulationError(err.ids, f"MuJoCo error: {message}")
+
+    def _check_warnings(self) -> None:
+        """Raise if any env's MuJoCo warning counters rose (divergence, buffer overflow) since last checked."""
         counts = self.batch.warning[:, :, 1]
         risen = counts > self._warning_counts
         if risen.any():
@@ -183,12 +193,13 @@ class MujocoVecEnv(VecEnv):
         if initial.mocap_pos is not None:
             self._state_fields["mocap_pos"][ids] = initial.mocap_pos
         self._write_vars(ids, new_vars)
+        self._warning_counts[ids] = 0  # mj_resetData cleared them
         try:
             self.batch.forward(ids)
         except mujoco.batch.SimulationError as err:
-            raise SimulationError(err.ids, f"MuJoCo error at reset: {self.batch.error(int(err.ids[0]))}") from err
+            raise self._engine_error(err) from err
+        self._check_warnings()
         self.steps[ids] = 0
-        self._warning_counts[ids] = self.batch.warning[ids, :, 1]
 
     def _write_vars(self, ids: np.ndarray, new_vars: dict[str, np.ndarray]) -> None:
         if not self.vars:

@@ -47,6 +47,8 @@ class VecEnv(abc.ABC):
     """Seconds of simulated time per step."""
     episode_steps: int
     """Steps after which an episode is truncated."""
+    render_mode: str = "rgb_array"
+    """`render` returns RGB arrays (gymnasium's name for it)."""
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> Obs:

@@ -44,6 +44,12 @@ def quat_rotate_inverse(q: Array, v: Array, xp: Xp) -> Array:
     return quat_rotate(quat_conj(q, xp), v, xp)
 
 
+def projected_gravity(q: Array, xp: Xp) -> Array:
+    """World down (0, 0, -1) in the frames of unit quaternions q [N, 4]: −R(q)ᵀ e_z, written out."""
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    return xp.stack([2 * (w * y - x * z), -2 * (y * z + w * x), 2 * (x * x + y * y) - 1], axis=-1)
+
+
 def quat_to_axis_angle(q: Array, xp: Xp) -> Array:
     """Rotation vector (axis · angle, angle in [0, π]) of unit quaternions, [N, 3]."""
     q = q * xp.where(q[..., :1] < 0, -1.0, 1.0)  # shortest rotation
@@ -52,6 +58,14 @@ def quat_to_axis_angle(q: Array, xp: Xp) -> Array:
     # angle / sin(angle/2) -> 2 as the angle -> 0
     scale = xp.where(sin_half > 1e-9, angle / xp.maximum(sin_half, 1e-9), 2.0)
     return q[..., 1:] * scale
+
+
+def quat_from_rotation_vector(rotation: Array, xp: Xp) -> Array:
+    """Unit quaternions [N, 4] of rotation vectors [N, 3] (axis · angle)."""
+    angle = xp.linalg.norm(rotation, axis=-1, keepdims=True)
+    # sin(angle/2)/angle -> 1/2 as the angle -> 0
+    scale = xp.where(angle > 1e-9, xp.sin(angle / 2) / xp.maximum(angle, 1e-9), 0.5)
+    return xp.concatenate([xp.cos(angle / 2), rotation * scale], axis=-1)
 
 
 def yaw_quat(yaw: Array, xp: Xp) -> Array:

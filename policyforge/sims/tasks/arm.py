@@ -17,7 +17,16 @@ import numpy as np
 
 from policyforge.config import check
 from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp, asset_path
-from policyforge.sims.xmath import cross, quat_mul, quat_rotate, quat_to_axis_angle, wrap_angle, yaw_quat
+from policyforge.sims.xmath import (
+    cross,
+    quat_conj,
+    quat_from_rotation_vector,
+    quat_mul,
+    quat_rotate,
+    quat_to_axis_angle,
+    wrap_angle,
+    yaw_quat,
+)
 
 HOME_QPOS = np.array([0.0, -np.pi / 4, 0.0, -3 * np.pi / 4, 0.0, np.pi / 2, np.pi / 4])
 """The Panda's 'ready' pose: TCP at (0.307, 0, 0.487) m pointing down."""
@@ -115,7 +124,13 @@ class ArmTask(Task):
         return xp.concatenate([arm, fingers, rest], axis=1), xp.concatenate([arm, fingers], axis=1)
 
     def reset_vars(self, n: int, goal: Array, xp: Xp) -> dict[str, Array]:
-        return {"goal": goal, "last_action": xp.zeros((n, self.action_dim))}
+        return {
+            "goal": goal,
+            "last_action": xp.zeros((n, self.action_dim)),
+            "ee_target_pos": xp.zeros((n, 3)),
+            "ee_target_quat": xp.zeros((n, 4)),
+            "ee_target_valid": xp.zeros(n),  # 0 until the first step: the target starts at the TCP
+        }
 
     def make_reset(self, qpos: Array, ctrl: Array, goal: Array, marker: Array, xp: Xp) -> ResetState:
         n = qpos.shape[0]
@@ -124,32 +139,56 @@ class ArmTask(Task):
     # -- control -----------------------------------------------------------------------------------------
 
     def control(self, action: Array, state: TaskState, xp: Xp) -> Array:
-        """PD targets [N, 9]. Joint steps are added to the previous targets (not to the measured joints), so
-        a constant action moves at a constant speed despite the PD lag; targets stay within `max_lead` of
-        the measured joints so that a blocked arm does not wind up."""
+        """PD targets [N, 9].
+
+        `joint_delta` adds joint steps to the previous joint targets. The `ee_delta_*` modes move a
+        Cartesian TCP target by the action and servo the measured TCP to it with differential IK, so
+        there is no drift and a constant action gives a constant speed despite the PD lag. Joint targets
+        stay within `max_lead` of the measured joints, so a blocked arm does not wind up.
+        """
         sensordata = state.phys["sensordata"]
         q = self.sensor.group(sensordata, [f"q{i}" for i in range(1, 8)], xp)
         if self.config.control_mode == "joint_delta":
+            base = state.phys["ctrl"][:, :7]
             dq = action[:, :7] * self.max_joint_step * self.config.joint_speed_fraction
         else:
-            dq = self._ik(self._pose_error(action, sensordata, xp), self._tcp_jacobian(state.phys, xp), q, xp)
-        lead = self.max_lead
-        target = xp.clip(state.phys["ctrl"][:, :7] + dq, q - lead, q + lead)
+            target_pos, target_quat = self.ee_target(state, action, xp)
+            base, dq = q, self._ik(self._pose_error(target_pos, target_quat, sensordata, xp), state, q, xp)
+        target = xp.clip(base + dq, q - self.max_lead, q + self.max_lead)
         target = xp.clip(target, self.joint_low, self.joint_high)
         fingers = (action[:, -1:] + 1.0) * (FINGER_OPEN / 2)
         return xp.concatenate([target, fingers, fingers], axis=1)
 
-    def _pose_error(self, action: Array, sensordata: Array, xp: Xp) -> Array:
-        """Desired TCP twist for this step, [N, 6] (translation m, rotation vector rad; world frame)."""
-        translation = action[:, :3] * self.config.ee_step
-        if self.config.control_mode == "ee_delta_pose":
-            return xp.concatenate([translation, action[:, 3:6] * self.config.ee_rot_step], axis=1)
+    def ee_target(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, Array]:
+        """The TCP target after this action: position [N, 3] within `3 · ee_step` of the TCP, quaternion [N, 4]."""
+        sensordata, cfg = state.phys["sensordata"], self.config
+        tcp, tcp_quat = self.sensor(sensordata, "tcp_pos"), self.sensor(sensordata, "tcp_quat")
+        valid = state.vars["ee_target_valid"][:, None] > 0
+        pos = xp.where(valid, state.vars["ee_target_pos"], tcp) + action[:, :3] * cfg.ee_step
+        lead = 3 * cfg.ee_step
+        pos = tcp + xp.clip(pos - tcp, -lead, lead)
+        quat = xp.where(valid, state.vars["ee_target_quat"], tcp_quat)
+        if cfg.control_mode == "ee_delta_pose":
+            return pos, quat_mul(quat_from_rotation_vector(action[:, 3:6] * cfg.ee_rot_step, xp), quat, xp)
+        yaw = tcp_yaw(quat, xp) + action[:, 3] * cfg.ee_rot_step
+        down = xp.broadcast_to(xp.asarray(DOWN_QUAT), tcp_quat.shape)
+        return pos, quat_mul(yaw_quat(yaw, xp), down, xp)
+
+    def update_vars(self, state: TaskState, action: Array, xp: Xp) -> dict[str, Array]:
+        new = {**state.vars, "last_action": action}
+        if self.config.control_mode != "joint_delta":
+            pos, quat = self.ee_target(state, action, xp)
+            new.update(ee_target_pos=pos, ee_target_quat=quat, ee_target_valid=xp.ones_like(new["ee_target_valid"]))
+        return new
+
+    def _pose_error(self, target_pos: Array, target_quat: Array, sensordata: Array, xp: Xp) -> Array:
+        """TCP twist [N, 6] to the target (translation m, rotation vector rad; world frame), rotation ≤ 3 steps."""
         tcp_quat = self.sensor(sensordata, "tcp_quat")
-        yaw = tcp_yaw(tcp_quat, xp) + action[:, 3] * self.config.ee_rot_step
-        desired = quat_mul(yaw_quat(yaw, xp), xp.broadcast_to(xp.asarray(DOWN_QUAT), tcp_quat.shape), xp)
-        conj = tcp_quat * xp.asarray([1.0, -1.0, -1.0, -1.0])
-        rotation = quat_to_axis_angle(quat_mul(desired, conj, xp), xp)
-        return xp.concatenate([translation, rotation], axis=1)
+        rotation = quat_to_axis_angle(quat_mul(target_quat, quat_conj(tcp_quat, xp), xp), xp)
+        angle = xp.linalg.norm(rotation, axis=1, keepdims=True)
+        limit = 3 * self.config.ee_rot_step
+        rotation = rotation * xp.minimum(1.0, limit / xp.maximum(angle, 1e-9))
+        return xp.concatenate([target_pos - self.sensor(sensordata, "tcp_pos"), rotation], axis=1)
 
     def _tcp_jacobian(self, phys: dict[str, Array], xp: Xp) -> Array:
         """TCP Jacobian over the arm joints, [N, 6, 7] (translation rows, then rotation), from the motion
@@ -160,17 +199,17 @@ class ArmTask(Task):
         linear = cdof[:, :, 3:] + cross(angular, offset[:, None, :], xp)
         return xp.swapaxes(xp.concatenate([linear, angular], axis=2), 1, 2)
 
-    def _ik(self, error: Array, jac: Array, q: Array, xp: Xp) -> Array:
-        """Joint step [N, 7] for a TCP twist [N, 6] given the Jacobian [N, 6, 7]: damped least squares plus
-        a pull towards the ready pose in the Jacobian's null space, limited to the joints' velocity limits."""
+    def _ik(self, error: Array, state: TaskState, q: Array, xp: Xp) -> Array:
+        """Joint step [N, 7] for a TCP twist [N, 6]: damped least squares plus a pull towards the ready pose
+        in the Jacobian's null space."""
+        jac = self._tcp_jacobian(state.phys, xp)
         jac_t = xp.swapaxes(jac, 1, 2)
         gram = jac @ jac_t + (self.config.ik_damping**2) * xp.eye(6)
         posture = 0.1 * (xp.asarray(HOME_QPOS) - q)
         # one solve for both right-hand sides: Δq = J⁺e + (I − J⁺J)·posture, with J⁺ = Jᵀ(JJᵀ + λ²I)⁻¹
         rhs = xp.stack([error, (jac @ posture[:, :, None])[:, :, 0]], axis=2)
         solved = xp.linalg.solve(gram, rhs)  # [N, 6, 2]
-        dq = (jac_t @ (solved[:, :, 0] - solved[:, :, 1])[:, :, None])[:, :, 0] + posture
-        return xp.clip(dq, -self.max_joint_step, self.max_joint_step)
+        return (jac_t @ (solved[:, :, 0] - solved[:, :, 1])[:, :, None])[:, :, 0] + posture
 
     # -- observations ------------------------------------------------------------------------------------
 

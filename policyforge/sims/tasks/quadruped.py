@@ -13,7 +13,7 @@ import numpy as np
 
 from policyforge.config import check
 from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp
-from policyforge.sims.xmath import quat_rotate_inverse
+from policyforge.sims.xmath import projected_gravity
 
 LEGS = ("FR", "FL", "RR", "RL")
 JOINT_NAMES = tuple(f"{leg}_{part}_joint" for leg in LEGS for part in ("hip", "thigh", "calf"))
@@ -130,9 +130,7 @@ class QuadrupedWalk(Task):
 
     def _gravity(self, sensordata: Array, xp: Xp) -> Array:
         """Gravity direction in the trunk frame, [N, 3] (upright: (0, 0, -1))."""
-        quat = self.sensor(sensordata, "orientation")
-        down = xp.broadcast_to(xp.asarray([0.0, 0.0, -1.0]), quat[:, 1:].shape)
-        return quat_rotate_inverse(quat, down, xp)
+        return projected_gravity(self.sensor(sensordata, "orientation"), xp)
 
     def _contacts(self, sensordata: Array, xp: Xp) -> Array:
         return self.sensor.group(sensordata, self.touch_sensors, xp) > 0
