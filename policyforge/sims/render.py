@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless by default; must precede the first `import mujoco`
 
@@ -23,7 +25,11 @@ class FrameRenderer:
         model.vis.global_.offheight = max(model.vis.global_.offheight, height)
         self.model = model
         self.cameras = camera_names(model)
-        self._renderer = mujoco.Renderer(model, height=height, width=width)
+        self._renderer: mujoco.Renderer | None = mujoco.Renderer(model, height=height, width=width)
+        if not _OPEN:
+            # registered after mujoco's GL module (imported by the first Renderer) so that it runs first
+            atexit.register(_close_open_renderers)
+        _OPEN.add(self)
 
     def camera_id(self, camera: str | None) -> int:
         """Id of `camera` (None: the first camera, or the free camera if the model has none)."""
@@ -35,8 +41,21 @@ class FrameRenderer:
 
     def render(self, data: mujoco.MjData, camera: str | None = None) -> np.ndarray:
         """One RGB frame [H, W, 3] uint8 of `data` (whose kinematics must be current)."""
+        if self._renderer is None:
+            raise RuntimeError("this renderer was closed")
         self._renderer.update_scene(data, camera=self.camera_id(camera))
         return self._renderer.render()
 
     def close(self) -> None:
-        self._renderer.close()
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+
+_OPEN: weakref.WeakSet[FrameRenderer] = weakref.WeakSet()
+
+
+def _close_open_renderers() -> None:
+    # GL contexts freed by garbage collection during interpreter shutdown raise EGL errors; free them first
+    for renderer in list(_OPEN):
+        renderer.close()
