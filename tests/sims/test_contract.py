@@ -117,3 +117,11 @@ def test_actions_are_clipped_not_rejected():
     env.step(torch.tensor([[5.0], [-5.0]]))
     np.testing.assert_allclose(env.phys["qpos"].shape, (2, 1))
     np.testing.assert_allclose(env.batch.bind("ctrl")[:, 0], [1.0, -1.0])
+
+
+def test_observations_reach_torch_without_copies():
+    from policyforge.sims.vec_env import to_torch
+
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tensor = to_torch(array, torch.device("cpu"))
+    assert tensor.data_ptr() == array.ctypes.data, "numpy -> torch on the CPU must share memory"
