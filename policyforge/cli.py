@@ -1,59 +1,213 @@
-"""`policyforge` command line: `envs` lists the tasks, `demo` runs the environment demo."""
+"""The `policyforge` command line.
+
+policyforge demo [key=value ...]                      train the demo recipe; checkpoint, plots, video
+policyforge train CONFIG.yaml [key=value ...]         train a recipe
+policyforge train --resume RUN_DIR                    continue a run from its latest checkpoint
+policyforge eval RUN_DIR [--video]                    deterministic evaluation of a run's policy
+policyforge export RUN_DIR --format onnx|torchscript  export the policy (normaliser inside), checked
+policyforge bench NAME [args ...]                     run bench/NAME.py from the source checkout
+policyforge envs                                      list the tasks
+policyforge tour [key=value ...]                      scripted controllers on every task, with videos
+"""
 
 from __future__ import annotations
 
 import argparse
+import runpy
+import shutil
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from policyforge.config import ConfigError, load
 
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+DEMO_RECIPE = "arm-reach-ppo.yaml"
+
+
+def _find_config(name: str) -> Path:
+    """A recipe by path, or by name in ./configs or the source checkout's configs/."""
+    for candidate in (Path(name), Path("configs") / name, SOURCE_ROOT / "configs" / name):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError("config", f"no recipe {name!r}; recipes live in configs/ (e.g. configs/{DEMO_RECIPE})")
+
+
+def _train(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.algos.runner import RunConfig, Runner
+
+    if args.resume:
+        overrides = [a for a in (args.config, *args.overrides) if a]
+        runner = Runner.resume(Path(args.resume), console, overrides)
+        console.print(f"resuming {args.resume} at {runner.env_steps:,} env steps")
+    else:
+        if not args.config:
+            raise ConfigError(
+                "config", "give a recipe (policyforge train configs/<task>-<algo>.yaml) or --resume RUN_DIR"
+            )
+        config = load(RunConfig, _find_config(args.config), args.overrides)
+        runner = Runner.start(config, console)
+        console.print(f"run directory: {runner.run_dir}")
+    _report(console, runner.train(), runner.run_dir)
+    runner.close()
+
+
+def _demo(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.algos.runner import RunConfig, Runner
+
+    config = load(RunConfig, _find_config(DEMO_RECIPE), ["name=demo", *args.overrides])
+    if config.run_dir.exists():
+        shutil.rmtree(config.run_dir)  # the demo always starts afresh
+    runner = Runner.start(config, console)
+    console.print(
+        f"[bold]policyforge demo[/bold]: PPO on {config.sim.task}, {config.sim.num_envs} envs, "
+        f"{config.runner.total_env_steps:,} steps → {runner.run_dir}"
+    )
+    _report(console, runner.train(), runner.run_dir)
+    runner.close()
+
+
+def _report(console: Console, summary: dict, run_dir: Path) -> None:
+    table = Table(title=f"finished: {run_dir}")
+    table.add_column("result")
+    table.add_column("value")
+    for key in ("env_steps", "wall_s", "eval/return", "eval/success", "eval/length"):
+        value = summary.get(key)
+        table.add_row(
+            key,
+            f"{value:.0%}" if key == "eval/success" else f"{value:,.4g}" if isinstance(value, float) else f"{value:,}",
+        )
+    videos = sorted((run_dir / "videos").glob("*.mp4"))
+    for key, value in (
+        ("checkpoint", summary["checkpoint"]),
+        ("plot", summary["plot"]),
+        ("video", videos[-1] if videos else "-"),
+    ):
+        table.add_row(key, str(value))
+    console.print(table)
+
+
+def _eval(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.algos.evaluate import evaluate
+    from policyforge.algos.runner import EVAL_SEED_OFFSET, load_run
+
+    config, policy, env = load_run(Path(args.run_dir), args.checkpoint, args.envs)
+    video = Path(args.run_dir) / "videos" / "eval_cli.mp4" if args.video else None
+    metrics = evaluate(policy, env, config.seed + EVAL_SEED_OFFSET, video, config.runner.video_camera)
+    env.close()
+    for key, value in metrics.items():
+        console.print(f"{key}: {value:.4g}")
+    if video:
+        console.print(f"video: {video}")
+
+
+def _export(args: argparse.Namespace, console: Console) -> None:
+    import torch
+
+    from policyforge.algos.runner import load_run
+    from policyforge.policies.export import SUFFIX, export, max_export_error
+
+    config, policy, env = load_run(Path(args.run_dir), args.checkpoint, 1)
+    obs_dim = env.obs_shapes[policy.obs_key][0]
+    out = Path(args.out) if args.out else Path(args.run_dir) / "export" / f"policy{SUFFIX[args.format]}"
+    metadata = {"task": config.sim.task, "control_dt": env.control_dt, "task_options": config.sim.task_options}
+    export(policy, obs_dim, out, args.format, metadata)
+    # check on observations spread like the training data (the normaliser's statistics)
+    normalizer = getattr(policy, "normalizer", None)
+    scale = normalizer.var.sqrt().float() if normalizer is not None and normalizer.enabled else torch.ones(obs_dim)
+    centre = normalizer.mean.float() if normalizer is not None and normalizer.enabled else torch.zeros(obs_dim)
+    obs = centre + scale * torch.randn(1024, obs_dim, generator=torch.Generator().manual_seed(0))
+    error = max_export_error(policy, out, obs)
+    env.close()
+    console.print(
+        f"exported {args.format}: {out} (+ {out.with_suffix('.json').name}); max |exported − act| = {error:.2e}"
+    )
+    if error > 1e-5:
+        raise SystemExit(f"export check failed: outputs differ from act() by {error:.2e} > 1e-5")
+
+
+def _bench(args: argparse.Namespace, console: Console) -> None:
+    script = SOURCE_ROOT / "bench" / f"{args.name.replace('-', '_')}.py"
+    if not script.is_file():
+        available = (
+            sorted(p.stem for p in (SOURCE_ROOT / "bench").glob("*.py")) if (SOURCE_ROOT / "bench").is_dir() else []
+        )
+        raise ConfigError("bench", f"no benchmark {args.name!r} in {SOURCE_ROOT / 'bench'}; available: {available}")
+    sys.argv = [str(script), *args.args]
+    runpy.run_path(str(script), run_name="__main__")
+
 
 def _envs(args: argparse.Namespace, console: Console) -> None:
-    from policyforge.sims import TASKS, make_task
+    from policyforge.sims import TASKS, SimConfig, make_env
 
     table = Table(title="policyforge tasks (plus gym:<id> for any installed gymnasium env)")
     for column in ("task", "actions", "policy obs", "critic obs", "control", "episode", "what"):
         table.add_column(column)
-    from policyforge.sims import SimConfig, make_env
-
     for name, cls in TASKS.items():
-        task = make_task(name)
         env = make_env(SimConfig(task=name, num_envs=1))
-        table.add_row(
-            name,
-            str(task.action_dim),
-            str(env.obs_shapes["policy"][0]),
-            str(env.obs_shapes["critic"][0]),
-            f"{1 / task.config.control_dt:.0f} Hz",
-            f"{task.episode_steps} steps",
-            (cls.__doc__ or "").split("\n")[0],
-        )
+        task = env.task
+        row = [task.action_dim, env.obs_shapes["policy"][0], env.obs_shapes["critic"][0]]
+        timing = [f"{1 / task.config.control_dt:.0f} Hz", f"{task.episode_steps} steps"]
+        table.add_row(name, *map(str, row), *timing, (cls.__doc__ or "").split("\n")[0])
+        env.close()
     console.print(table)
 
 
-def _demo(args: argparse.Namespace, console: Console) -> None:
-    from policyforge.demo import DemoConfig, run_demo
+def _tour(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.tour import TourConfig, run_tour
 
-    run_demo(load(DemoConfig, args.config, args.overrides), console)
+    run_tour(load(TourConfig, args.config, args.overrides), console)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="policyforge", description="Robot learning in parallel simulation.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="train the demo recipe (PPO, arm-reach): checkpoint, plots, video")
+    demo.add_argument("overrides", nargs="*", help="key=value overrides, e.g. runner.total_env_steps=200000")
+    demo.set_defaults(run=_demo)
+    train = commands.add_parser("train", help="train a recipe, or resume a run")
+    train.add_argument("config", nargs="?", help="recipe YAML (configs/<task>-<algo>.yaml)")
+    train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. sim.num_envs=128")
+    train.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue this run from its latest checkpoint (runner.* overrides allowed, e.g. a longer "
+        "runner.total_env_steps)",
+    )
+    train.set_defaults(run=_train)
+    evaluation = commands.add_parser("eval", help="evaluate a run's policy deterministically")
+    evaluation.add_argument("run_dir")
+    evaluation.add_argument("--video", action="store_true", help="film the evaluation (videos/eval_cli.mp4)")
+    evaluation.add_argument("--envs", type=int, default=None, help="evaluation episodes (one per env)")
+    evaluation.add_argument("--checkpoint", default=None, help="checkpoint file (default: latest)")
+    evaluation.set_defaults(run=_eval)
+    exporting = commands.add_parser("export", help="export a run's policy to ONNX or TorchScript")
+    exporting.add_argument("run_dir")
+    exporting.add_argument("--format", choices=["onnx", "torchscript"], required=True)
+    exporting.add_argument("--out", default=None, help="output file (default: RUN_DIR/export/policy.onnx|.pt)")
+    exporting.add_argument("--checkpoint", default=None, help="checkpoint file (default: latest)")
+    exporting.set_defaults(run=_export)
+    bench = commands.add_parser("bench", help="run a benchmark from bench/ (e.g. env-throughput, ppo-vs-sb3)")
+    bench.add_argument("name")
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+    bench.set_defaults(run=_bench)
+    commands.add_parser("envs", help="list the tasks").set_defaults(run=_envs)
+    tour = commands.add_parser("tour", help="scripted controllers on every task, with videos")
+    tour.add_argument("--config", default=None, help="YAML file of TourConfig fields (configs/tour.yaml)")
+    tour.add_argument("overrides", nargs="*", help="key=value overrides, e.g. num_envs=32")
+    tour.set_defaults(run=_tour)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="policyforge", description="Robot learning in parallel simulation.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("envs", help="list the tasks").set_defaults(run=_envs)
-    demo = commands.add_parser("demo", help="run every task on the native MuJoCo backend and write videos")
-    demo.add_argument("--config", default=None, help="YAML file of DemoConfig fields")
-    demo.add_argument("overrides", nargs="*", help="key=value overrides, e.g. num_envs=32")
-    demo.set_defaults(run=_demo)
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     console = Console()
     try:
         args.run(args, console)
-    except ConfigError as err:
-        console.print(f"[red]config error[/red] {err}")
+    except (ConfigError, FileExistsError, FileNotFoundError) as err:
+        console.print(f"[red]error[/red] {err}")
         return 2
     return 0
 

@@ -166,6 +166,11 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(path, f"expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(path, f"expected a number, got {value!r}")
         return float(value)

@@ -59,3 +59,8 @@ def test_every_task_option_is_documented():
         for cls in reversed(task.config_class.__mro__[:-1]):
             docs.update(field_docs(cls))
         assert set(docs) == {f.name for f in dataclasses.fields(task.config_class)}, task.name
+
+
+def test_exponent_floats_without_a_dot_are_numbers():
+    cfg = load(RunConfig, None, ["sim.randomization.friction=[5e-1, 1e0]"])
+    assert cfg.sim.randomization.friction == (0.5, 1.0)

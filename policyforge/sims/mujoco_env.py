@@ -78,6 +78,7 @@ class MujocoVecEnv(VecEnv):
         self.steps = np.zeros(num_envs, dtype=np.int64)
         self.tracker = EpisodeTracker(num_envs)
         self.vars: dict[str, np.ndarray] = {}
+        self._expanded_fields: set[str] = set()
         self._warning_counts = np.zeros(self.batch.warning.shape[:2], dtype=np.int64)
         obs = self.reset(seed)
         self.obs_shapes = {key: tuple(value.shape[1:]) for key, value in obs.items()}
@@ -139,6 +140,34 @@ class MujocoVecEnv(VecEnv):
         renderer = self._renderer(width, height)
         return np.stack([renderer.render(self.batch.get_data(int(i), self._scratch), camera) for i in ids])
 
+    def get_state(self) -> dict[str, Any]:
+        """Physics state rows, per-env model fields, task variables, counters and the RNG."""
+        return {
+            "physics": self.batch.state.copy(),
+            "model_fields": {name: self.batch.expand(name).copy() for name in self._expanded_fields},
+            "vars": {k: v.copy() for k, v in self.vars.items()},
+            "steps": self.steps.copy(),
+            "tracker": (self.tracker.returns.copy(), self.tracker.lengths.copy(), self.tracker.success_once.copy()),
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if state["physics"].shape != self.batch.state.shape:
+            raise ValueError(f"snapshot of {state['physics'].shape[0]} envs cannot restore {self.num_envs} envs")
+        for name, values in state["model_fields"].items():
+            self.batch.expand(name)[:] = values
+            self._expanded_fields.add(name)
+        if self.randomizer.changes_mass:
+            self.batch.set_const()
+        self.batch.state[:] = state["physics"]
+        self.vars = {k: v.copy() for k, v in state["vars"].items()}
+        self.steps[:] = state["steps"]
+        self.tracker.returns[:], self.tracker.lengths[:], self.tracker.success_once[:] = state["tracker"]
+        self.rng.bit_generator.state = state["rng"]
+        # positions and velocities current, as after a step; the next step continues from them
+        self.batch.forward(stage=mujoco.mjtStage.mjSTAGE_VEL)
+        self._warning_counts[:] = self.batch.warning[:, :, 1]
+
     def close(self) -> None:
         for renderer in self._renderers.values():
             renderer.close()
@@ -185,6 +214,7 @@ class MujocoVecEnv(VecEnv):
             params = self.randomizer.sample(sampler, len(ids), np)
             for name, values in self.randomizer.model_fields(params, np).items():
                 self.batch.expand(name)[ids] = values
+                self._expanded_fields.add(name)
             if self.randomizer.changes_mass:
                 self.batch.set_const(ids)  # before writing the state: mj_setConst uses the data as scratch
             new_vars.update(params)

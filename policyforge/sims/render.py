@@ -17,6 +17,18 @@ def camera_names(model: mujoco.MjModel) -> list[str]:
     return [model.camera(i).name for i in range(model.ncam)]
 
 
+def _ensure_headless_gl() -> None:
+    """Use EGL when mujoco was imported before policyforge (so before MUJOCO_GL=egl was set) and there is no
+    display: mujoco binds its GL backend at import time and would otherwise try GLFW, which needs X11."""
+    from mujoco.rendering.classic import gl_context
+
+    backend = getattr(getattr(gl_context, "GLContext", None), "__module__", "")
+    if backend.startswith("mujoco.glfw") and not os.environ.get("DISPLAY"):
+        from mujoco import egl
+
+        gl_context.GLContext = egl.GLContext
+
+
 class FrameRenderer:
     """Renders frames of one model at a fixed size from MjData states; reuse it across calls."""
 
@@ -25,6 +37,7 @@ class FrameRenderer:
         model.vis.global_.offheight = max(model.vis.global_.offheight, height)
         self.model = model
         self.cameras = camera_names(model)
+        _ensure_headless_gl()
         self._renderer: mujoco.Renderer | None = mujoco.Renderer(model, height=height, width=width)
         if not _OPEN:
             # registered after mujoco's GL module (imported by the first Renderer) so that it runs first

@@ -67,6 +67,15 @@ class VecEnv(abc.ABC):
     def cameras(self) -> list[str]:
         """Names of the cameras `render` accepts."""
 
+    def get_state(self) -> dict[str, Any] | None:
+        """A snapshot from which `set_state` continues exactly (for resumable training), or None if the
+        backend cannot snapshot its simulators."""
+        return None
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a `get_state` snapshot."""
+        raise RuntimeError(f"{type(self).__name__} cannot restore snapshots")
+
     def close(self) -> None:
         """Release simulator resources."""
 

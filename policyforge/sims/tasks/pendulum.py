@@ -30,7 +30,7 @@ class PendulumConfig(TaskConfig):
 
 
 class PendulumSwingup(Task):
-    """Angle 0 is upright. Reward (1 + cos θ)/2 − 0.01 θ̇²/max_speed² − 0.01 u², in about [-0.02, 1]."""
+    """Angle 0 is upright. Reward (1 + cos θ)/2 − 0.1 θ̇²/max_speed² − 0.01 u², about [-0.1, 1]."""
 
     name = "pendulum-swingup"
     config_class = PendulumConfig
@@ -68,7 +68,7 @@ class PendulumSwingup(Task):
         angle, speed = self._angle(state, xp)
         terms = {
             "upright": (1 + xp.cos(angle)) / 2,
-            "speed": -0.01 * (speed / self.config.max_speed) ** 2,
+            "speed": -0.1 * (speed / self.config.max_speed) ** 2,
             "effort": -0.01 * action[:, 0] ** 2,
         }
         return terms["upright"] + terms["speed"] + terms["effort"], terms

@@ -187,8 +187,11 @@ class QuadrupedWalk(Task):
             "action_rate": xp.sum((action - state.vars["previous_action"]) ** 2, axis=1),
             "feet_air_time": moving * xp.sum((landing - cfg.air_time_target) * (landing > 0), axis=1),
             "joint_pose": xp.sum((joints - xp.asarray(STAND_QPOS)) ** 2, axis=1),
+            # unweighted diagnostics: how far the body's velocity is from the command
+            "lin_vel_error": xp.linalg.norm(command[:, :2] - velocity[:, :2], axis=1),
+            "ang_vel_error": xp.abs(command[:, 2] - gyro[:, 2]),
         }
-        total = sum(weight * terms[name] for name, weight in cfg.reward_weights.items())
+        total = sum(weight * terms[name] for name, weight in cfg.reward_weights.items())  # diagnostics weigh 0
         return xp.maximum(total * cfg.control_dt, 0.0), terms
 
     def terminated(self, state: TaskState, xp: Xp) -> Array:

@@ -1,4 +1,4 @@
-"""The environment demo (`policyforge demo`): every task on the native MuJoCo backend, with videos.
+"""The environment tour (`policyforge tour`): every task on the native MuJoCo backend, with videos.
 
 Scripted experts solve the arm tasks, an energy-shaping controller swings the pendulum up, and the
 quadruped stands on its PD servos under domain randomisation declared in the config. Each task gets an
@@ -23,10 +23,10 @@ from policyforge.sims.vec_env import VecEnv
 
 
 @dataclasses.dataclass
-class DemoConfig:
-    """What the environment demo runs and where it writes."""
+class TourConfig:
+    """What the environment tour runs and where it writes."""
 
-    out_dir: str = "runs/demo"
+    out_dir: str = "runs/tour"
     """Directory for the videos and summary.json."""
     num_envs: int = 16
     """Environments per task."""
@@ -52,7 +52,7 @@ def _pendulum_controller(obs: dict[str, torch.Tensor], max_speed: float) -> torc
     return torch.where(cos > 0.9, balance, pump).clamp(-1, 1)[:, None]
 
 
-def _run_episode(env: VecEnv, act, cfg: DemoConfig) -> dict:
+def _run_episode(env: VecEnv, act, cfg: TourConfig) -> dict:
     """One episode in every env; returns statistics and the frames of env 0."""
     obs = env.reset(seed=cfg.seed)
     frames, stats = [], {"return": [], "success": []}
@@ -75,7 +75,7 @@ def _run_episode(env: VecEnv, act, cfg: DemoConfig) -> dict:
     }
 
 
-def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict:
+def run_tour(cfg: TourConfig, console: Console | None = None) -> dict:
     """Run every task once, write videos and summary.json under `cfg.out_dir`; return the summary."""
     console = console or Console()
     out = Path(cfg.out_dir)
@@ -104,7 +104,7 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> dict:
 
 
 def _print_table(console: Console, summary: dict) -> None:
-    table = Table(title="policyforge demo: native MuJoCo backend")
+    table = Table(title="policyforge tour: native MuJoCo backend")
     for column in ("task", "controller", "episodes", "success", "mean return", "env steps/s"):
         table.add_column(column)
     for task, row in summary.items():

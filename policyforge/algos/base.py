@@ -1,0 +1,40 @@
+"""What the runner needs from an algorithm: one collect-and-learn iteration, and its state for checkpoints."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+from policyforge.policies.base import Obs, Policy
+from policyforge.sims.vec_env import VecEnv
+
+StepCallback = Callable[[dict[str, Any]], None]
+"""Called with the `info` of every env step (episode statistics for logging)."""
+
+
+class Algorithm(abc.ABC):
+    """An RL algorithm driving a VecEnv."""
+
+    policy: Policy
+
+    @abc.abstractmethod
+    def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
+        """Collect experience from `obs` on, learn from it; return the latest observation and metrics."""
+
+    @abc.abstractmethod
+    def steps_per_iteration(self, env: VecEnv) -> int:
+        """Environment steps (summed over envs) one `iterate` takes."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: networks, optimisers, normalisers, buffers."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`."""
+
+
+def select(obs: Obs, keys: set[str]) -> Obs:
+    """The observation entries algorithms store: those their networks read."""
+    return {k: v for k, v in obs.items() if k in keys}

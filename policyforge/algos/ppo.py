@@ -1,0 +1,257 @@
+"""Proximal policy optimisation (Schulman et al. 2017), written against the policy contract only.
+
+The policy's `sample` gives the chain and its log-probability at rollout time and `log_prob` rescores the
+stored chain during the update; nothing here knows which policy class it trains. GAE advantages, clipped
+value loss, target-KL early stopping, observation normalisation inside the networks, return scaling, an
+asymmetric critic on the privileged observation, and bootstrapping of time-outs from the true final
+observation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from policyforge.algos.base import Algorithm, StepCallback, select
+from policyforge.algos.gae import gae
+from policyforge.algos.normalization import ReturnScaler
+from policyforge.config import check
+from policyforge.policies.base import Obs, Policy
+from policyforge.policies.critics import ValueFunction
+from policyforge.policies.networks import Activation
+from policyforge.sims.vec_env import VecEnv
+
+
+@dataclasses.dataclass
+class PPOConfig:
+    """PPO hyper-parameters."""
+
+    rollout_steps: int = 32
+    """Decisions per environment per iteration (T); an iteration is N × T environment steps."""
+    epochs: int = 5
+    """Passes over each rollout."""
+    minibatches: int = 4
+    """Minibatches per pass."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the policy."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the value function."""
+    anneal_lr: bool = False
+    """Decay both learning rates linearly to zero over the run."""
+    gamma: float = 0.99
+    """Discount per decision."""
+    gae_lambda: float = 0.95
+    """GAE λ."""
+    clip_ratio: float = 0.2
+    """Policy ratio clip ε."""
+    clip_value: float | None = 0.2
+    """Clip value updates to ±this around the rollout values (in scaled-return units); null: no clipping."""
+    value_coef: float = 0.5
+    """Weight of the value loss."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip of each network."""
+    target_kl: float | None = 0.05
+    """Stop the update's epochs once the approximate KL to the rollout policy exceeds this; null: never."""
+    normalize_advantages: bool = True
+    """Standardise advantages per minibatch."""
+    scale_rewards: bool = True
+    """Divide rewards by the running std of the discounted return."""
+    critic_hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    """Hidden sizes of the value network."""
+    critic_activation: Activation = "elu"
+    """Activation of the value network."""
+    critic_obs_key: str = "critic"
+    """Observation the value function reads (`critic`: privileged state; `policy`: symmetric)."""
+
+    def __post_init__(self) -> None:
+        for name in ("rollout_steps", "epochs", "minibatches"):
+            check(getattr(self, name) >= 1, name, f"must be ≥ 1, got {getattr(self, name)}")
+        check(0 < self.gamma <= 1, "gamma", f"must be in (0, 1], got {self.gamma}")
+        check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1], got {self.gae_lambda}")
+        check(self.clip_ratio > 0, "clip_ratio", f"must be > 0, got {self.clip_ratio}")
+        check(self.actor_lr > 0 and self.critic_lr > 0, "actor_lr", "learning rates must be > 0")
+
+
+class PPO(Algorithm):
+    """On-policy PPO for any `Policy`."""
+
+    def __init__(self, policy: Policy, critic_obs_dim: int, num_envs: int, config: PPOConfig, total_iterations: int):
+        if policy.chunk_len != 1:
+            raise ValueError(f"PPO executes single actions for now; this policy emits chunks of {policy.chunk_len}")
+        self.policy, self.config = policy, config
+        self.critic = ValueFunction(
+            critic_obs_dim, config.critic_hidden, config.critic_activation, config.critic_obs_key
+        )
+        self.optimizer = torch.optim.Adam(
+            [
+                {"params": list(policy.parameters()), "lr": config.actor_lr},
+                {"params": list(self.critic.parameters()), "lr": config.critic_lr},
+            ],
+            eps=1e-5,
+        )
+        self.reward_scaler = ReturnScaler(num_envs, config.gamma, enabled=config.scale_rewards)
+        self.total_iterations, self.iteration = total_iterations, 0
+        self.obs_keys = {policy.obs_key, config.critic_obs_key}
+
+    def steps_per_iteration(self, env: VecEnv) -> int:
+        return env.num_envs * self.config.rollout_steps
+
+    def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
+        batch, obs = self._collect(env, obs, on_step)
+        self._set_learning_rate()
+        metrics = self._update(batch)
+        self.iteration += 1
+        return obs, metrics
+
+    # -- rollout -----------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _collect(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[dict[str, Any], Obs]:
+        cfg, policy, critic = self.config, self.policy, self.critic
+        stored: dict[str, list] = {"obs": [], "chain": [], "value": [], "reward": [], "done": []}
+        for _ in range(cfg.rollout_steps):
+            sample = policy.sample(obs)
+            value = critic(obs)
+            next_obs, reward, terminated, truncated, info = env.step(sample.action[:, 0])
+            on_step(info)
+            done = terminated | truncated
+            reward = self.reward_scaler(reward, done)
+            if truncated.any():  # bootstrap time-outs from the true last observation
+                final = {k: v[truncated] for k, v in select(info["final_obs"], self.obs_keys).items()}
+                reward = reward.clone()
+                reward[truncated] += cfg.gamma * critic(final)
+            for key, item in zip(stored, (select(obs, self.obs_keys), sample.chain, value, reward, done), strict=True):
+                stored[key].append(item)
+            obs = next_obs
+        batch = {key: torch.stack(items) for key, items in stored.items() if key != "obs"}
+        batch["obs"] = {k: torch.stack([o[k] for o in stored["obs"]]) for k in stored["obs"][0]}
+        batch["next_value"] = critic(obs)
+        return batch, obs
+
+    # -- update ------------------------------------------------------------------------------------------
+
+    def _set_learning_rate(self) -> None:
+        if not self.config.anneal_lr:
+            return
+        fraction = max(0.0, 1.0 - self.iteration / max(1, self.total_iterations))
+        for group, base in zip(self.optimizer.param_groups, (self.config.actor_lr, self.config.critic_lr), strict=True):
+            group["lr"] = base * fraction
+
+    def _update(self, batch: dict[str, Any]) -> dict[str, float]:
+        cfg, policy, critic = self.config, self.policy, self.critic
+        advantages, returns = gae(
+            batch["reward"], batch["value"], batch["done"], batch["next_value"], cfg.gamma, cfg.gae_lambda
+        )
+        flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731  [T, N, ...] -> [T·N, ...]
+        obs = {k: flat(v) for k, v in batch["obs"].items()}
+        chain, old_value = flat(batch["chain"]), flat(batch["value"])
+        advantages, returns = flat(advantages), flat(returns)
+        # fold this rollout into the normalisers first, then rescore it, so the first ratio is exactly 1
+        policy.update_normalizer(obs)
+        critic.normalizer.update(obs[cfg.critic_obs_key])
+        with torch.no_grad():
+            old_log_prob = torch.cat([policy.log_prob(_rows(obs, i), chain[i])[0] for i in _chunks(len(chain), 8192)])
+        size = len(chain)
+        minibatch = max(1, size // cfg.minibatches)
+        totals: dict[str, float] = {
+            "policy_loss": 0.0,
+            "value_loss": 0.0,
+            "entropy": 0.0,
+            "approx_kl": 0.0,
+            "clip_fraction": 0.0,
+        }
+        updates, epochs_run = 0, 0
+        for _ in range(cfg.epochs):
+            epochs_run += 1
+            order = torch.randperm(size)
+            kl_epoch = []
+            for start in range(0, size - minibatch + 1, minibatch):
+                index = order[start : start + minibatch]
+                stats = self._minibatch(
+                    _rows(obs, index),
+                    chain[index],
+                    old_log_prob[index],
+                    advantages[index],
+                    returns[index],
+                    old_value[index],
+                )
+                for key in totals:
+                    totals[key] += stats[key]
+                kl_epoch.append(stats["approx_kl"])
+                updates += 1
+            if cfg.target_kl is not None and sum(kl_epoch) / len(kl_epoch) > cfg.target_kl:
+                break
+        metrics = {f"loss/{k}": v / max(1, updates) for k, v in totals.items()}
+        residual = (returns - old_value).var() / returns.var().clamp_min(1e-8)
+        metrics.update(
+            {
+                "loss/epochs": float(epochs_run),
+                "loss/explained_variance": float(1 - residual),
+                "loss/actor_lr": self.optimizer.param_groups[0]["lr"],
+            }
+        )
+        return metrics
+
+    def _minibatch(self, obs: Obs, chain, old_log_prob, advantages, returns, old_value) -> dict[str, float]:
+        cfg = self.config
+        log_prob, entropy = self.policy.log_prob(obs, chain)
+        log_ratio = log_prob - old_log_prob
+        ratio = log_ratio.exp()
+        if cfg.normalize_advantages and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        policy_loss = torch.max(
+            -advantages * ratio, -advantages * ratio.clamp(1 - cfg.clip_ratio, 1 + cfg.clip_ratio)
+        ).mean()
+        value = self.critic(obs)
+        value_loss = (value - returns) ** 2
+        if cfg.clip_value is not None:
+            clipped = old_value + (value - old_value).clamp(-cfg.clip_value, cfg.clip_value)
+            value_loss = torch.max(value_loss, (clipped - returns) ** 2)
+        value_loss = 0.5 * value_loss.mean()
+        loss = policy_loss - cfg.entropy_coef * entropy.mean() + cfg.value_coef * value_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator (Schulman, "Approximating KL")
+            clip_fraction = ((ratio - 1).abs() > cfg.clip_ratio).float().mean()
+        return {
+            "policy_loss": float(policy_loss.detach()),
+            "value_loss": float(value_loss.detach()),
+            "entropy": float(entropy.mean().detach()),
+            "approx_kl": float(approx_kl),
+            "clip_fraction": float(clip_fraction),
+        }
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "reward_scaler": self.reward_scaler.state_dict(),
+            "iteration": self.iteration,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.reward_scaler.load_state_dict(state["reward_scaler"])
+        self.iteration = state["iteration"]
+
+
+def _rows(obs: Obs, index: Any) -> Obs:
+    return {k: v[index] for k, v in obs.items()}
+
+
+def _chunks(size: int, chunk: int) -> list[slice]:
+    return [slice(i, min(i + chunk, size)) for i in range(0, size, chunk)]

@@ -1,0 +1,287 @@
+"""The training runner: rollout → update iterations, logging, evaluation with videos, atomic checkpoints,
+exact resumption, plots. `policyforge train` and `policyforge demo` drive it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from rich.console import Console
+
+from policyforge import config as config_io
+from policyforge.algos import checkpoint
+from policyforge.algos.base import Algorithm, StepCallback
+from policyforge.algos.evaluate import evaluate
+from policyforge.algos.logger import MetricsLogger, ProgressDisplay
+from policyforge.algos.plots import plot_learning_curves
+from policyforge.algos.ppo import PPO, PPOConfig
+from policyforge.algos.sac import SAC, SACConfig
+from policyforge.config import check
+from policyforge.io import write_json
+from policyforge.policies.base import Policy
+from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
+from policyforge.sims import SimConfig, make_env
+from policyforge.sims.vec_env import VecEnv
+
+CONFIG_FILE = "config.yaml"
+EVAL_SEED_OFFSET = 1_000_003
+
+
+@dataclasses.dataclass
+class RunnerConfig:
+    """Length of the run, and how often to evaluate, film and checkpoint."""
+
+    total_env_steps: int = 1_000_000
+    """Environment steps (summed over envs) to train for."""
+    eval_every_steps: int = 0
+    """Evaluate every this many environment steps (0: only at the end)."""
+    eval_envs: int = 16
+    """Evaluation environments; each contributes its first deterministic episode."""
+    video: Literal["none", "final", "every_eval"] = "final"
+    """Film the final evaluation, every evaluation, or none (MP4s under videos/)."""
+    video_camera: str | None = None
+    """Camera to film (null: the task's first camera)."""
+    checkpoint_every: int = 10
+    """Checkpoint every this many iterations (and at the end)."""
+    keep_checkpoints: int = 3
+    """Numbered checkpoints to keep besides latest.pt."""
+    torch_threads: int = 1
+    """torch intra-op threads (1 is fastest beside a busy simulator on few cores)."""
+    tensorboard: bool = True
+    """Write TensorBoard event files under tensorboard/."""
+
+    def __post_init__(self) -> None:
+        check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
+        check(self.eval_envs >= 1, "eval_envs", f"must be ≥ 1, got {self.eval_envs}")
+        check(self.checkpoint_every >= 1, "checkpoint_every", f"must be ≥ 1, got {self.checkpoint_every}")
+        check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be ≥ 1, got {self.keep_checkpoints}")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """A training run: simulation, policy, algorithm and runner settings."""
+
+    name: str = ""
+    """Run name; the run directory is out_dir/name (default: <task>-<algo>)."""
+    out_dir: str = "runs"
+    """Parent directory of run directories."""
+    seed: int = 0
+    """Seed of networks, sampling and environments."""
+    algo: Literal["ppo", "sac"] = "ppo"
+    """Algorithm: `ppo` or `sac` (its section below is used)."""
+    sim: SimConfig = dataclasses.field(default_factory=SimConfig)
+    """Simulation."""
+    policy: GaussianConfig = dataclasses.field(default_factory=GaussianConfig)
+    """Policy network."""
+    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
+    """PPO settings (algo: ppo)."""
+    sac: SACConfig = dataclasses.field(default_factory=SACConfig)
+    """SAC settings (algo: sac)."""
+    runner: RunnerConfig = dataclasses.field(default_factory=RunnerConfig)
+    """Run length, evaluation, checkpoints."""
+
+    def __post_init__(self) -> None:
+        if self.algo == "sac":
+            check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
+
+    @property
+    def run_dir(self) -> Path:
+        task = self.sim.task.replace(":", "-").replace("/", "-")
+        return Path(self.out_dir) / (self.name or f"{task}-{self.algo}")
+
+
+def build_policy(config: RunConfig, env: VecEnv) -> Policy:
+    """The policy a config describes, for an env."""
+    return GaussianPolicy(env.obs_shapes["policy"][0], env.action_dim, config.policy)
+
+
+def build(config: RunConfig, env: VecEnv) -> Algorithm:
+    """The policy and algorithm a config describes, for an env."""
+    policy = build_policy(config, env)
+    if config.algo == "sac":
+        return SAC(policy, env.obs_shapes, config.sac)
+    steps_per_iteration = env.num_envs * config.ppo.rollout_steps
+    iterations = math.ceil(config.runner.total_env_steps / steps_per_iteration)
+    critic_dim = env.obs_shapes[config.ppo.critic_obs_key][0]
+    return PPO(policy, critic_dim, env.num_envs, config.ppo, iterations)
+
+
+class Runner:
+    """Owns one run directory: trains, evaluates, checkpoints, resumes."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, console: Console | None = None):
+        self.config, self.run_dir = config, Path(run_dir)
+        self.console = console or Console()
+        torch.set_num_threads(config.runner.torch_threads)
+        _seed_everything(config.seed)
+        self.env = make_env(config.sim, seed=config.seed)
+        self.obs = self.env.reset(seed=config.seed)
+        self.algo = build(config, self.env)
+        self.iteration, self.env_steps, self.wall_time = 0, 0, 0.0
+        self._episodes: dict[str, list[float]] = {"return": [], "success": [], "length": []}
+        self.step_hooks: list[StepCallback] = []
+        """Extra callables given every training step's `info` (benchmarks use them to time episodes)."""
+        self._resumed_from: int | None = None
+
+    @classmethod
+    def start(cls, config: RunConfig, console: Console | None = None) -> Runner:
+        """A new run in `config.run_dir` (which must not hold a run yet); saves the resolved config."""
+        run_dir = config.run_dir
+        if (run_dir / "checkpoints").exists():
+            raise FileExistsError(
+                f"{run_dir} already holds a run: resume it with `policyforge train --resume {run_dir}` "
+                "or pick another name=..."
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config_io.save(config, run_dir / CONFIG_FILE)
+        return cls(config, run_dir, console)
+
+    @classmethod
+    def resume(cls, run_dir: Path, console: Console | None = None, overrides: list[str] | None = None) -> Runner:
+        """Continue a run from its latest checkpoint, exactly where it stopped. `runner.*` overrides (a longer
+        run, other evaluation settings) are allowed; anything else would change what is being resumed."""
+        run_dir = Path(run_dir)
+        overrides = overrides or []
+        for item in overrides:
+            if not item.startswith("runner."):
+                raise config_io.ConfigError(item.split("=")[0], "a resumed run accepts only runner.* overrides")
+        config = config_io.load(RunConfig, run_dir / CONFIG_FILE, overrides)
+        if overrides:
+            config_io.save(config, run_dir / CONFIG_FILE)
+        state = checkpoint.load(run_dir)
+        runner = cls(config, run_dir, console)
+        runner.algo.load_state_dict(state["algo"])
+        runner.iteration, runner.env_steps, runner.wall_time = (
+            state["iteration"],
+            state["env_steps"],
+            state["wall_time"],
+        )
+        if state["env"] is not None:
+            runner.env.set_state(state["env"])
+            runner.obs = state["obs"]
+        else:  # a backend without snapshots restarts its episodes
+            runner.obs = runner.env.reset(seed=config.seed + runner.iteration)
+        checkpoint.set_rng_state(state["rng"])
+        runner._resumed_from = runner.env_steps
+        return runner
+
+    # -- training ----------------------------------------------------------------------------------------
+
+    def train(self) -> dict[str, Any]:
+        cfg = self.config.runner
+        logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard)
+        display = ProgressDisplay(self.console, cfg.total_env_steps, self.env_steps)
+        next_eval = self._next_multiple(cfg.eval_every_steps)
+        try:
+            while self.env_steps < cfg.total_env_steps:
+                start = time.perf_counter()
+                self.obs, metrics = self.algo.iterate(self.env, self.obs, self._record_episodes)
+                elapsed = time.perf_counter() - start
+                self.wall_time += elapsed
+                self.iteration += 1
+                self.env_steps += self.algo.steps_per_iteration(self.env)
+                metrics.update(self._episode_metrics())
+                metrics.update(
+                    {"perf/sps": self.algo.steps_per_iteration(self.env) / elapsed, "perf/wall_s": self.wall_time}
+                )
+                if next_eval and self.env_steps >= next_eval:
+                    metrics.update(self.evaluate(video=cfg.video == "every_eval"))
+                    next_eval = self._next_multiple(cfg.eval_every_steps)
+                logger.log(self.env_steps, metrics)
+                display.update(
+                    self.env_steps, metrics["perf/sps"], metrics.get("train/return"), metrics.get("train/success")
+                )
+                if self.iteration % cfg.checkpoint_every == 0:
+                    self.save_checkpoint()
+            final = self.evaluate(video=cfg.video != "none")
+            logger.log(self.env_steps, {**final, "perf/wall_s": self.wall_time})
+            self.save_checkpoint()
+        finally:
+            display.close()
+            logger.close()
+        plot = plot_learning_curves(self.run_dir, f"{self.config.sim.task} · {self.config.algo}")
+        summary = {
+            "env_steps": self.env_steps,
+            "iterations": self.iteration,
+            "wall_s": round(self.wall_time, 1),
+            **final,
+            "plot": str(plot),
+            "checkpoint": str(self.run_dir / "checkpoints" / checkpoint.LATEST),
+        }
+        write_json(self.run_dir / "summary.json", summary)
+        return summary
+
+    def evaluate(self, video: bool = False) -> dict[str, float]:
+        """Deterministic evaluation on a fresh env set (seeded, so results depend on the policy only)."""
+        cfg = self.config
+        eval_sim = dataclasses.replace(cfg.sim, num_envs=cfg.runner.eval_envs)
+        env = make_env(eval_sim, seed=cfg.seed + EVAL_SEED_OFFSET)
+        path = self.run_dir / "videos" / f"eval_{self.env_steps:09d}.mp4" if video else None
+        try:
+            return evaluate(self.algo.policy, env, cfg.seed + EVAL_SEED_OFFSET, path, cfg.runner.video_camera)
+        finally:
+            env.close()
+
+    def save_checkpoint(self) -> Path:
+        payload = {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_time": self.wall_time,
+            "algo": self.algo.state_dict(),
+            "env": self.env.get_state(),
+            "obs": self.obs,
+            "rng": checkpoint.rng_state(),
+            "config": config_io.to_dict(self.config),
+        }
+        return checkpoint.save(
+            self.run_dir / "checkpoints", payload, self.iteration, self.config.runner.keep_checkpoints
+        )
+
+    def close(self) -> None:
+        self.env.close()
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _record_episodes(self, info: dict[str, Any]) -> None:
+        for hook in self.step_hooks:
+            hook(info)
+        episode = info["episode"]
+        done = episode["done"]
+        if done.any():
+            self._episodes["return"] += episode["return"][done].tolist()
+            self._episodes["success"] += episode["success"][done].float().tolist()
+            self._episodes["length"] += episode["length"][done].float().tolist()
+
+    def _episode_metrics(self) -> dict[str, float]:
+        metrics = {f"train/{k}": float(np.mean(v)) for k, v in self._episodes.items() if v}
+        self._episodes = {k: [] for k in self._episodes}
+        return metrics
+
+    def _next_multiple(self, every: int) -> int:
+        return (self.env_steps // every + 1) * every if every > 0 else 0
+
+
+def load_run(
+    run_dir: Path, checkpoint_file: str | None = None, num_envs: int | None = None
+) -> tuple[RunConfig, Policy, VecEnv]:
+    """A run's config, its trained policy (latest or given checkpoint) and a fresh env of `num_envs`
+    (default: the run's evaluation size) seeded for evaluation."""
+    run_dir = Path(run_dir)
+    config = config_io.load(RunConfig, run_dir / CONFIG_FILE)
+    sim = dataclasses.replace(config.sim, num_envs=num_envs or config.runner.eval_envs)
+    env = make_env(sim, seed=config.seed + EVAL_SEED_OFFSET)
+    policy = build_policy(config, env)
+    policy.load_state_dict(checkpoint.load(Path(checkpoint_file) if checkpoint_file else run_dir)["algo"]["policy"])
+    return config, policy.eval(), env
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

@@ -1,0 +1,173 @@
+"""Soft actor-critic (Haarnoja et al. 2018): tanh-Gaussian actor, twin critics with target networks, automatic
+entropy temperature, and a large-batch / high update-to-data option for many parallel environments."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+from policyforge.algos.base import Algorithm, StepCallback, select
+from policyforge.algos.replay import ReplayBuffer
+from policyforge.config import check
+from policyforge.policies.base import Obs, Policy
+from policyforge.policies.critics import TwinQ
+from policyforge.policies.networks import Activation
+from policyforge.sims.vec_env import VecEnv
+
+
+@dataclasses.dataclass
+class SACConfig:
+    """SAC hyper-parameters."""
+
+    buffer_size: int = 1_000_000
+    """Replay capacity, transitions."""
+    batch_size: int = 256
+    """Transitions per gradient step (raise it with many envs: large-batch SAC)."""
+    updates_per_step: float = 1.0
+    """Gradient steps per environment transition (update-to-data ratio)."""
+    steps_per_iteration: int = 1
+    """Vector-env steps between logging points."""
+    learning_starts: int = 5000
+    """Transitions of uniform random actions before learning starts."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the critics."""
+    alpha_lr: float = 3e-4
+    """Adam learning rate of the entropy temperature."""
+    gamma: float = 0.99
+    """Discount."""
+    tau: float = 0.005
+    """Polyak factor of the target critics."""
+    init_alpha: float = 1.0
+    """Initial entropy temperature."""
+    target_entropy_scale: float = 1.0
+    """Target entropy = −scale × action dimensions."""
+    policy_delay: int = 1
+    """Actor and temperature updates every this many critic updates."""
+    critic_hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    """Hidden sizes of each Q network."""
+    critic_activation: Activation = "relu"
+    """Activation of the Q networks."""
+    critic_obs_key: str = "critic"
+    """Observation the critics read."""
+
+    def __post_init__(self) -> None:
+        check(self.batch_size >= 1, "batch_size", f"must be ≥ 1, got {self.batch_size}")
+        check(self.updates_per_step > 0, "updates_per_step", f"must be > 0, got {self.updates_per_step}")
+        check(self.buffer_size >= self.batch_size, "buffer_size", "must hold at least one batch")
+        check(0 < self.tau <= 1, "tau", f"must be in (0, 1], got {self.tau}")
+        check(self.policy_delay >= 1, "policy_delay", f"must be ≥ 1, got {self.policy_delay}")
+
+
+class SAC(Algorithm):
+    """Off-policy SAC for a Gaussian policy with tanh squashing."""
+
+    def __init__(self, policy: Policy, obs_shapes: dict[str, tuple[int, ...]], config: SACConfig):
+        self.policy, self.config = policy, config
+        critic_dim = obs_shapes[config.critic_obs_key][0]
+        self.critic = TwinQ(
+            critic_dim, policy.action_dim, config.critic_hidden, config.critic_activation, config.critic_obs_key
+        )
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(config.init_alpha), requires_grad=True)
+        self.target_entropy = -config.target_entropy_scale * policy.action_dim
+        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.actor_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr)
+        self.obs_keys = {policy.obs_key, config.critic_obs_key}
+        stored = {k: s for k, s in obs_shapes.items() if k in self.obs_keys}
+        self.replay = ReplayBuffer(config.buffer_size, stored, policy.action_dim)
+        self.transitions, self.updates, self._update_credit = 0, 0, 0.0
+
+    def steps_per_iteration(self, env: VecEnv) -> int:
+        return env.num_envs * self.config.steps_per_iteration
+
+    def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
+        cfg, metrics = self.config, {}
+        for _ in range(cfg.steps_per_iteration):
+            with torch.no_grad():
+                if self.transitions < cfg.learning_starts:
+                    action = torch.rand(env.num_envs, env.action_dim) * 2 - 1
+                else:
+                    action = self.policy.sample(obs).action[:, 0]
+            next_obs, reward, terminated, _, info = env.step(action)
+            on_step(info)
+            self.replay.add(
+                select(obs, self.obs_keys), action, reward, select(info["final_obs"], self.obs_keys), terminated
+            )
+            self.transitions += env.num_envs
+            obs = next_obs
+            if self.transitions >= cfg.learning_starts:
+                self._update_credit += cfg.updates_per_step * env.num_envs
+                while self._update_credit >= 1:
+                    metrics = self._update()
+                    self._update_credit -= 1
+        return obs, metrics
+
+    def _update(self) -> dict[str, float]:
+        cfg = self.config
+        batch = self.replay.sample(cfg.batch_size)
+        obs, next_obs, action = batch["obs"], batch["next_obs"], batch["action"]
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            next_sample = self.policy.sample(next_obs)
+            target_q = torch.min(*self.critic_target(next_obs, next_sample.action[:, 0]))
+            soft_value = target_q - alpha * next_sample.log_prob
+            target = batch["reward"] + cfg.gamma * (~batch["terminated"]) * soft_value
+        q1, q2 = self.critic(obs, action)
+        critic_loss = 0.5 * ((q1 - target) ** 2 + (q2 - target) ** 2).mean()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optimizer.step()
+        metrics = {"loss/critic": float(critic_loss), "loss/q": float(q1.mean()), "loss/alpha": float(alpha)}
+        self.updates += 1
+        if self.updates % cfg.policy_delay == 0:
+            metrics.update(self._update_actor(obs, alpha))
+        with torch.no_grad():
+            for target_param, param in zip(self.critic_target.parameters(), self.critic.parameters(), strict=True):
+                target_param.lerp_(param, cfg.tau)
+        return metrics
+
+    def _update_actor(self, obs: Obs, alpha: torch.Tensor) -> dict[str, float]:
+        self.critic.requires_grad_(False)
+        sample = self.policy.sample(obs)
+        q = torch.min(*self.critic(obs, sample.action[:, 0]))
+        actor_loss = (alpha * sample.log_prob - q).mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+        self.critic.requires_grad_(True)
+        alpha_loss = -(self.log_alpha * (sample.log_prob.detach() + self.target_entropy)).mean()
+        self.alpha_optimizer.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_optimizer.step()
+        return {"loss/actor": float(actor_loss), "loss/entropy": float(-sample.log_prob.mean())}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "optimizers": [o.state_dict() for o in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer)],
+            "replay": self.replay.state_dict(),
+            "counters": (self.transitions, self.updates, self._update_credit),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        for optimizer, saved in zip(
+            (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer), state["optimizers"], strict=True
+        ):
+            optimizer.load_state_dict(saved)
+        self.replay.load_state_dict(state["replay"])
+        self.transitions, self.updates, self._update_credit = state["counters"]

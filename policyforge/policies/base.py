@@ -1,0 +1,68 @@
+"""The policy contract every policy class implements, so that one PPO (and every other algorithm) serves all.
+
+    sample(obs) -> Sample                 action [B, H, A], the stochastic chain that produced it, log-prob [B]
+    log_prob(obs, chain) -> (lp, ent)     rescore a stored chain under the current parameters: [B], [B]
+    act(obs) -> action [B, H, A]          the deterministic path: the same code as `sample` with noise off
+    bc_loss(obs, actions [B, H, A])       the model's own supervised loss
+
+H is the action-chunk length (1 for single actions); actions are in [-1, 1]. Observations are the VecEnv's
+dict; a policy reads `obs[policy.obs_key]` and normalises it inside itself, so exported graphs carry the
+normaliser.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+Obs = dict[str, torch.Tensor]
+
+
+@dataclasses.dataclass
+class Sample:
+    """What `Policy.sample` returns."""
+
+    action: torch.Tensor
+    """[B, H, A] in [-1, 1]."""
+    chain: torch.Tensor
+    """The stochastic latents that produced the action (policy-specific shape, batch first)."""
+    log_prob: torch.Tensor
+    """[B] log-probability of the chain under the policy that sampled it."""
+
+
+class Policy(nn.Module, abc.ABC):
+    """Base class of every policy."""
+
+    obs_key: str = "policy"
+    """Observation key the policy reads."""
+    action_dim: int
+    """A."""
+    chunk_len: int = 1
+    """H, actions per decision."""
+
+    @abc.abstractmethod
+    def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
+        """Draw actions; `noise_scale=0` is the deterministic path used by `act`."""
+
+    @abc.abstractmethod
+    def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability [B] and entropy (or an estimate) [B] of stored chains under current parameters."""
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        """Deterministic actions [B, H, A]: `sample` with the noise switched off."""
+        return self.sample(obs, noise_scale=0.0).action
+
+    @abc.abstractmethod
+    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+        """Supervised loss (scalar) of demonstrated actions [B, H, A]."""
+
+    def update_normalizer(self, obs: Obs) -> None:
+        """Fold a batch of observations into the policy's observation normaliser (if it has one)."""
+
+    def export_spec(self) -> dict[str, Any]:
+        """Input/output description stored beside exported graphs."""
+        return {"obs_key": self.obs_key, "action_dim": self.action_dim, "chunk_len": self.chunk_len}

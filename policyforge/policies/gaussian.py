@@ -1,0 +1,101 @@
+"""Gaussian policy: an MLP mean with a learned (state-independent or state-dependent) standard deviation.
+
+The chain is the pre-squash sample u = mean + std · ε, [B, 1, A]. Without squashing (PPO) the action is u
+clipped to [-1, 1]; with squashing (SAC) it is tanh(u) and the log-probability includes tanh's Jacobian.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import nn
+
+from policyforge.config import check
+from policyforge.policies.base import Obs, Policy, Sample
+from policyforge.policies.networks import Activation, mlp
+from policyforge.policies.normalizer import RunningNormalizer
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclasses.dataclass
+class GaussianConfig:
+    """Architecture of a Gaussian policy."""
+
+    hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    """Hidden layer sizes of the mean network."""
+    activation: Activation = "elu"
+    """Hidden activation."""
+    init_std: float = 1.0
+    """Initial standard deviation (pre-squash units)."""
+    state_dependent_std: bool = False
+    """Predict log-std with the network (SAC) instead of one learned vector (PPO)."""
+    log_std_bounds: tuple[float, float] = (-5.0, 2.0)
+    """Clamp of the log standard deviation."""
+    squash: bool = False
+    """tanh-squash actions (SAC); otherwise clip them to [-1, 1] (PPO)."""
+    normalize_obs: bool = True
+    """Normalise observations with running statistics inside the policy."""
+
+    def __post_init__(self) -> None:
+        check(self.init_std > 0, "init_std", f"must be > 0, got {self.init_std}")
+        check(all(h > 0 for h in self.hidden), "hidden", f"layer sizes must be positive, got {self.hidden}")
+        low, high = self.log_std_bounds
+        check(low < high, "log_std_bounds", f"must be [low, high] with low < high, got {list(self.log_std_bounds)}")
+
+
+class GaussianPolicy(Policy):
+    """Diagonal Gaussian over single actions (H = 1)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, config: GaussianConfig, obs_key: str = "policy"):
+        super().__init__()
+        self.config, self.obs_key, self.action_dim = config, obs_key, action_dim
+        self.normalizer = RunningNormalizer(obs_dim, enabled=config.normalize_obs)
+        out = 2 * action_dim if config.state_dependent_std else action_dim
+        self.net = mlp(obs_dim, config.hidden, out, config.activation, out_gain=0.01)
+        init_log_std = math.log(config.init_std)
+        if config.state_dependent_std:
+            nn.init.constant_(self.net[-1].bias[action_dim:], init_log_std)
+        else:
+            self.log_std = nn.Parameter(torch.full((action_dim,), init_log_std))
+
+    def distribution(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and standard deviation of the pre-squash Gaussian, [B, 1, A] each."""
+        out = self.net(self.normalizer(obs[self.obs_key]))
+        if self.config.state_dependent_std:
+            mean, log_std = out.chunk(2, dim=-1)
+        else:
+            mean, log_std = out, self.log_std.expand_as(out)
+        log_std = log_std.clamp(*self.config.log_std_bounds)
+        return mean[:, None, :], log_std.exp()[:, None, :]
+
+    def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
+        mean, std = self.distribution(obs)
+        chain = mean + noise_scale * std * torch.randn_like(mean) if noise_scale else mean
+        return Sample(self._squash(chain), chain, self._log_prob(chain, mean, std))
+
+    def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, std = self.distribution(obs)
+        entropy = (0.5 + _HALF_LOG_2PI + std.log()).sum(dim=(-2, -1))
+        return self._log_prob(chain, mean, std), entropy
+
+    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+        """Negative log-likelihood of demonstrated actions [B, 1, A]."""
+        chain = torch.atanh(actions.clamp(-0.999, 0.999)) if self.config.squash else actions
+        mean, std = self.distribution(obs)
+        return -self._log_prob(chain, mean, std).mean()
+
+    def update_normalizer(self, obs: Obs) -> None:
+        self.normalizer.update(obs[self.obs_key])
+
+    def _squash(self, chain: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(chain) if self.config.squash else chain.clamp(-1.0, 1.0)
+
+    def _log_prob(self, chain: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        log_prob = (-0.5 * ((chain - mean) / std) ** 2 - std.log() - _HALF_LOG_2PI).sum(dim=(-2, -1))
+        if self.config.squash:
+            # log |d tanh(u)/du| = 2 (log 2 − u − softplus(−2u)), stable for large |u| (SAC, appendix C)
+            log_prob = log_prob - (2 * (math.log(2) - chain - nn.functional.softplus(-2 * chain))).sum(dim=(-2, -1))
+        return log_prob

@@ -1,0 +1,71 @@
+"""The command line end to end: train a tiny run, evaluate it, export it in both formats, resume, errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from policyforge.cli import main
+
+TINY = [
+    "sim.num_envs=8",
+    "ppo.rollout_steps=16",
+    "runner.total_env_steps=512",
+    "runner.eval_envs=2",
+    "runner.tensorboard=true",
+    "runner.checkpoint_every=2",
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    assert main(["train", "configs/arm-reach-ppo.yaml", f"out_dir={out}", "name=tiny", *TINY]) == 0
+    return out / "tiny"
+
+
+def test_train_leaves_checkpoint_plots_video_logs_and_config(run_dir):
+    assert (run_dir / "checkpoints" / "latest.pt").exists()
+    assert (run_dir / "plots" / "learning_curves.png").stat().st_size > 10_000
+    videos = list((run_dir / "videos").glob("*.mp4"))
+    assert len(videos) == 1 and videos[0].stat().st_size > 1000
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert "arm-reach" in (run_dir / "config.yaml").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 512 and 0 <= summary["eval/success"] <= 1
+
+
+def test_eval_and_export(run_dir, capsys):
+    assert main(["eval", str(run_dir), "--envs", "2"]) == 0
+    assert "eval/return" in capsys.readouterr().out
+    for fmt, name in (("onnx", "policy.onnx"), ("torchscript", "policy.pt")):
+        assert main(["export", str(run_dir), "--format", fmt]) == 0
+        assert "max |exported − act|" in capsys.readouterr().out
+        spec = json.loads((run_dir / "export" / name).with_suffix(".json").read_text())
+        assert spec["task"] == "arm-reach" and spec["action_dim"] == 5 and spec["obs_dim"] == 28
+
+
+def test_resume_can_extend_a_finished_run(run_dir):
+    assert main(["train", "--resume", str(run_dir), "sim.num_envs=4"]) == 2  # would change what is resumed
+    assert main(["train", "--resume", str(run_dir), "runner.total_env_steps=1024"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 1024
+    steps = [json.loads(line)["env_steps"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 1024
+
+
+def test_a_run_is_never_overwritten(run_dir, capsys):
+    assert main(["train", "configs/arm-reach-ppo.yaml", f"out_dir={run_dir.parent}", "name=tiny", *TINY]) == 2
+    assert "already holds a run" in capsys.readouterr().out
+
+
+def test_config_errors_name_the_field(capsys):
+    assert main(["train", "configs/arm-reach-ppo.yaml", "ppo.clip_ratio=-1"]) == 2
+    assert "ppo.clip_ratio: must be > 0" in capsys.readouterr().out
+    assert main(["train", "configs/pendulum-swingup-sac.yaml", "policy.squash=false"]) == 2
+    assert "policy.squash: SAC needs tanh-squashed actions" in capsys.readouterr().out
+
+
+def test_console_script_is_installed():
+    result = subprocess.run([sys.executable, "-m", "policyforge.cli", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "demo" in result.stdout and "export" in result.stdout
