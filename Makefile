@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	touch $(STAMP)
 
 demo: $(STAMP)
-	.venv/bin/policyforge demo --config configs/demo.yaml
+	.venv/bin/policyforge demo
 
 test: $(STAMP)
 	.venv/bin/ruff check policyforge tests bench

@@ -2,9 +2,12 @@
 
 Both learn `gym:HalfCheetah-v5` with the same number of environments, the same network sizes (64-64 tanh
 actor and critic, as SB3's MlpPolicy), observation normalisation and return scaling (ours inside the
-networks; SB3 through its own VecNormalize), γ = 0.99, λ = 0.95, clip 0.2 and rollouts of 2048 steps. SB3
-runs its documented defaults (10 epochs of minibatches of 64); ours runs its defaults (5 epochs of 4
-minibatches). SB3 drives the very same policyforge VecEnv through policyforge's SB3 adapter.
+networks; SB3 through its own VecNormalize), γ = 0.99, λ = 0.95, clip 0.2, no value clipping, no KL stop and
+rollouts of 2048 steps. SB3
+runs its documented defaults (10 epochs of minibatches of 64, learning rate 3e-4); ours runs 10 epochs of 4
+minibatches of 512 at learning rate 1e-3 — the large-batch setting that makes each gradient step cheaper per
+sample (measured here: 4.7 µs vs 27 µs per sample and step). SB3 drives the very same policyforge VecEnv through
+policyforge's SB3 adapter.
 
 Reported per seed: env steps/s, final return (mean training-episode return over the last 10% of steps),
 and the wall time each needs to reach the lower of the two final returns (rolling mean of 10 episodes).
@@ -69,7 +72,7 @@ def run_sb3(seed: int, steps: int, envs: int) -> list[tuple[float, int, float]]:
     return clock.episodes
 
 
-def run_ours(seed: int, steps: int, envs: int) -> list[tuple[float, int, float]]:
+def run_ours(seed: int, steps: int, envs: int, extra: tuple[str, ...] = ()) -> list[tuple[float, int, float]]:
     with tempfile.TemporaryDirectory() as out:
         overrides = [
             f"out_dir={out}",
@@ -83,14 +86,18 @@ def run_ours(seed: int, steps: int, envs: int) -> list[tuple[float, int, float]]
             "ppo.critic_activation=tanh",
             "ppo.critic_obs_key=policy",
             "policy.init_std=1.0",
-            "ppo.epochs=5",
+            "ppo.epochs=10",
             "ppo.minibatches=4",
+            "ppo.actor_lr=1e-3",
+            "ppo.critic_lr=1e-3",
             "ppo.target_kl=null",
+            "ppo.clip_value=null",
             f"runner.total_env_steps={steps}",
             "runner.video=none",
             "runner.tensorboard=false",
             "runner.eval_envs=4",
             "runner.checkpoint_every=1000000",
+            *extra,
         ]
         runner = Runner.start(load(RunConfig, None, overrides))
         episodes: list[tuple[float, int, float]] = []

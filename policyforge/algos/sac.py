@@ -76,8 +76,8 @@ class SAC(Algorithm):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_alpha), requires_grad=True)
         self.target_entropy = -config.target_entropy_scale * policy.action_dim
-        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.actor_lr)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
+        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.actor_lr, fused=True)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr, fused=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr)
         self.obs_keys = {policy.obs_key, config.critic_obs_key}
         stored = {k: s for k, s in obs_shapes.items() if k in self.obs_keys}
@@ -124,7 +124,11 @@ class SAC(Algorithm):
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
-        metrics = {"loss/critic": float(critic_loss), "loss/q": float(q1.mean()), "loss/alpha": float(alpha)}
+        metrics = {
+            "loss/critic": float(critic_loss.detach()),
+            "loss/q": float(q1.mean().detach()),
+            "loss/alpha": float(alpha),
+        }
         self.updates += 1
         if self.updates % cfg.policy_delay == 0:
             metrics.update(self._update_actor(obs, alpha))
@@ -146,7 +150,7 @@ class SAC(Algorithm):
         self.alpha_optimizer.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_optimizer.step()
-        return {"loss/actor": float(actor_loss), "loss/entropy": float(-sample.log_prob.mean())}
+        return {"loss/actor": float(actor_loss.detach()), "loss/entropy": float(-sample.log_prob.mean().detach())}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -5,6 +5,8 @@ They prove each task solvable and produce demonstrations. `action_noise` degrade
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from policyforge.sims.task import TaskState
@@ -15,7 +17,7 @@ from policyforge.sims.xmath import quat_rotate, wrap_angle
 OPEN, CLOSED = 1.0, -1.0
 
 
-class ArmExpert:
+class ArmExpert(abc.ABC):
     """Base: turns per-env TCP targets into `ee_delta_topdown` actions [N, 5]."""
 
     def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0):
@@ -55,9 +57,9 @@ class ArmExpert:
         cube_yaw = np.arctan2(x_axis[:, 1], x_axis[:, 0])
         return grasp_yaw(cube_yaw, tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np), np)
 
+    @abc.abstractmethod
     def act(self, state: TaskState) -> np.ndarray:
         """Actions [N, 5] for the current state."""
-        raise NotImplementedError
 
 
 class ReachExpert(ArmExpert):
