@@ -6,6 +6,7 @@ JSON line. Tracking error is |v_xy − command_xy| (m/s) and |ω_z − command_y
 evaluation episodes' steps.
 
     python bench/learn_quadruped.py [--steps 20000000] [--eval-every 2000000] [key=value ...]
+    python bench/learn_quadruped.py --resume runs/bench/learn-quadruped-<id>   # after a kill: go on from there
 """
 
 from __future__ import annotations
@@ -30,19 +31,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000_000)
     parser.add_argument("--eval-every", type=int, default=2_000_000)
     parser.add_argument("--out-dir", default="runs/bench")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a killed benchmark run from its checkpoint")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
-    overrides = [
-        f"out_dir={args.out_dir}",
-        f"name=learn-quadruped-{int(time.time())}",
-        f"runner.total_env_steps={args.steps}",
-        f"runner.eval_every_steps={args.eval_every}",
-        *args.overrides,
-    ]
-    runner = Runner.start(load(RunConfig, "configs/quadruped-walk-ppo.yaml", overrides))
+    if args.resume:
+        runner = Runner.resume(args.resume)
+    else:
+        overrides = [
+            f"out_dir={args.out_dir}",
+            f"name=learn-quadruped-{int(time.time())}",
+            f"runner.total_env_steps={args.steps}",
+            f"runner.eval_every_steps={args.eval_every}",
+            *args.overrides,
+        ]
+        runner = Runner.start(load(RunConfig, "configs/quadruped-walk-ppo.yaml", overrides))
     summary = runner.train()
     runner.close()
-    evals = [r for r in read_metrics(runner.run_dir) if "eval/return" in r]
+    by_step = {r["env_steps"]: r for r in read_metrics(runner.run_dir) if "eval/terms/lin_vel_error" in r}
+    evals = [by_step[step] for step in sorted(by_step)]  # the final evaluation may repeat the last periodic one
     print(f"{'env steps':>11} {'wall s':>7} {'lin err m/s':>12} {'yaw err rad/s':>14} {'ep length':>10} {'return':>8}")
     for r in evals:
         print(

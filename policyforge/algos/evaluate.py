@@ -55,10 +55,14 @@ def evaluate(
         finished |= episode["done"]
     if video_path is not None:
         write_video(video_path, frames, fps=1 / (env.control_dt * every))
+    per_step = {
+        f"eval/terms/{name}": float((total / term_steps.clamp(min=1)).mean()) for name, total in term_sums.items()
+    }
     return {
         "eval/return": float(returns.mean()),
         "eval/success": float(successes.mean()),
         "eval/length": float(lengths.mean()),
+        **per_step,
     }
 
 

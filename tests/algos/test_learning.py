@@ -45,7 +45,10 @@ def test_ppo_swings_the_pendulum_up(tmp_path):
 def test_ppo_reaches_arm_goals(tmp_path):
     runner = train(tmp_path, "arm-reach-ppo.yaml", "runner.total_env_steps=120000")
     assert runner.summary["eval/success"] >= 0.9
-    assert random_policy_score(runner.config)["eval/success"] < 0.2
+    random = random_policy_score(runner.config)
+    assert random["eval/success"] < 0.2
+    # evaluation reports each reward term averaged over episode steps: the trained arm is much nearer its goals
+    assert runner.summary["eval/terms/distance"] < 0.5 * random["eval/terms/distance"]
 
 
 def test_sac_swings_the_pendulum_up(tmp_path):
