@@ -73,7 +73,10 @@ def _report(console: Console, summary: dict, run_dir: Path) -> None:
     table = Table(title=f"finished: {run_dir}")
     table.add_column("result")
     table.add_column("value")
-    for key in ("env_steps", "wall_s", "eval/return", "eval/success", "eval/length"):
+    keys = ["env_steps", "wall_s", "eval/return", "eval/success", "eval/length"]
+    if summary.get("compile_s"):
+        keys.insert(2, "compile_s")
+    for key in keys:
         value = summary.get(key)
         table.add_row(
             key,
@@ -93,7 +96,7 @@ def _eval(args: argparse.Namespace, console: Console) -> None:
     from policyforge.algos.evaluate import evaluate
     from policyforge.algos.runner import EVAL_SEED_OFFSET, load_run
 
-    config, policy, env = load_run(Path(args.run_dir), args.checkpoint, args.envs)
+    config, policy, env = load_run(Path(args.run_dir), args.checkpoint, args.envs, args.backend)
     video = Path(args.run_dir) / "videos" / "eval_cli.mp4" if args.video else None
     metrics = evaluate(policy, env, config.seed + EVAL_SEED_OFFSET, video, config.runner.video_camera)
     env.close()
@@ -182,6 +185,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--video", action="store_true", help="film the evaluation (videos/eval_cli.mp4)")
     evaluation.add_argument("--envs", type=int, default=None, help="evaluation episodes (one per env)")
     evaluation.add_argument("--checkpoint", default=None, help="checkpoint file (default: latest)")
+    evaluation.add_argument(
+        "--backend", choices=["mujoco", "mjx"], default=None, help="simulate on this backend (sim-to-sim check)"
+    )
     evaluation.set_defaults(run=_eval)
     exporting = commands.add_parser("export", help="export a run's policy to ONNX or TorchScript")
     exporting.add_argument("run_dir")

@@ -121,6 +121,13 @@ class Runner:
         torch.set_num_threads(config.runner.torch_threads)
         _seed_everything(config.seed)
         self.env = make_env(config.sim, seed=config.seed)
+        self.compile_seconds = float(getattr(self.env, "compile_seconds", 0.0))
+        """Seconds the simulator spent compiling (MJX), reported apart from steps/s."""
+        if self.compile_seconds:
+            self.console.print(
+                f"[dim]compiled the {config.sim.backend} simulation in {self.compile_seconds:.1f} s "
+                "(cached on disk for the next run; not counted in steps/s)[/dim]"
+            )
         self.obs = self.env.reset(seed=config.seed)
         self.algo = build(config, self.env)
         self.iteration, self.env_steps, self.wall_time = 0, 0, 0.0
@@ -190,6 +197,8 @@ class Runner:
                 metrics.update(
                     {"perf/sps": self.algo.steps_per_iteration(self.env) / elapsed, "perf/wall_s": self.wall_time}
                 )
+                if self.iteration == 1:
+                    metrics["perf/compile_s"] = self.compile_seconds
                 if next_eval and self.env_steps >= next_eval:
                     metrics.update(self.evaluate(video=cfg.video == "every_eval"))
                     next_eval = self._next_multiple(cfg.eval_every_steps)
@@ -210,6 +219,7 @@ class Runner:
             "env_steps": self.env_steps,
             "iterations": self.iteration,
             "wall_s": round(self.wall_time, 1),
+            "compile_s": round(self.compile_seconds, 1),
             **final,
             "plot": str(plot),
             "checkpoint": str(self.run_dir / "checkpoints" / checkpoint.LATEST),
@@ -268,13 +278,15 @@ class Runner:
 
 
 def load_run(
-    run_dir: Path, checkpoint_file: str | None = None, num_envs: int | None = None
+    run_dir: Path, checkpoint_file: str | None = None, num_envs: int | None = None, backend: str | None = None
 ) -> tuple[RunConfig, Policy, VecEnv]:
     """A run's config, its trained policy (latest or given checkpoint) and a fresh env of `num_envs`
-    (default: the run's evaluation size) seeded for evaluation."""
+    (default: the run's evaluation size) seeded for evaluation, on `backend` (default: the run's)."""
     run_dir = Path(run_dir)
     config = config_io.load(RunConfig, run_dir / CONFIG_FILE)
-    sim = dataclasses.replace(config.sim, num_envs=num_envs or config.runner.eval_envs)
+    sim = dataclasses.replace(
+        config.sim, num_envs=num_envs or config.runner.eval_envs, backend=backend or config.sim.backend
+    )
     env = make_env(sim, seed=config.seed + EVAL_SEED_OFFSET)
     policy = build_policy(config, env)
     policy.load_state_dict(checkpoint.load(Path(checkpoint_file) if checkpoint_file else run_dir)["algo"]["policy"])

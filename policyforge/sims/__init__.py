@@ -2,6 +2,7 @@
 models, domain randomisation, offscreen rendering, and adapters to gymnasium and Stable-Baselines3."""
 
 from policyforge.sims import render as _render  # noqa: F401  (selects headless OpenGL before mujoco loads)
+from policyforge.sims import xla as _xla  # noqa: F401  (XLA CPU flags before JAX starts)
 from policyforge.sims.config import ImageConfig, RandomizationConfig, SimConfig
 from policyforge.sims.make import make_env, make_task
 from policyforge.sims.task import Task, TaskConfig, TaskState

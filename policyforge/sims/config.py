@@ -64,12 +64,13 @@ class SimConfig:
 
     task: str = "pendulum-swingup"
     """A policyforge task (`policyforge envs` lists them) or `gym:<id>` for any installed gymnasium env."""
-    backend: Literal["mujoco"] = "mujoco"
-    """Simulator for policyforge tasks: `mujoco` (native C MuJoCo, threaded). `gym:` tasks ignore it."""
+    backend: Literal["mujoco", "mjx"] = "mujoco"
+    """Simulator for policyforge tasks: `mujoco` (native C MuJoCo, threaded) or `mjx` (JAX: jit + vmap on
+    the default JAX device, GPU if one is installed). `gym:` tasks ignore it."""
     num_envs: int = 64
     """N, environments stepped together."""
     num_threads: int = 0
-    """Simulation threads (0: one per CPU core)."""
+    """Simulation threads of the `mujoco` backend (0: one per CPU core)."""
     device: str = "cpu"
     """Torch device of observations and rewards."""
     task_options: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -30,14 +30,16 @@ def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
 
         return GymVecEnv(config.task[4:], config.num_envs, device=config.device, seed=seed, **config.task_options)
     task = make_task(config.task, config.task_options)
+    options: dict[str, Any] = {
+        "device": config.device,
+        "randomization": config.randomization,
+        "image": config.image,
+        "seed": seed,
+    }
+    if config.backend == "mjx":
+        from policyforge.sims.mjx_env import MjxVecEnv
+
+        return MjxVecEnv(task, config.num_envs, **options)
     from policyforge.sims.mujoco_env import MujocoVecEnv
 
-    return MujocoVecEnv(
-        task,
-        config.num_envs,
-        num_threads=config.num_threads,
-        device=config.device,
-        randomization=config.randomization,
-        image=config.image,
-        seed=seed,
-    )
+    return MujocoVecEnv(task, config.num_envs, num_threads=config.num_threads, **options)

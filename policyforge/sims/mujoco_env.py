@@ -16,8 +16,8 @@ import torch
 
 from policyforge.sims import render as _render  # sets MUJOCO_GL before mujoco is imported
 from policyforge.sims.config import ImageConfig, RandomizationConfig
-from policyforge.sims.randomization import Randomizer
-from policyforge.sims.task import NumpySampler, Task, TaskState
+from policyforge.sims.randomization import PARAMS, Randomizer
+from policyforge.sims.task import NumpySampler, ResetState, Task, TaskState
 from policyforge.sims.vec_env import (
     EpisodeTracker,
     Obs,
@@ -96,6 +96,11 @@ class MujocoVecEnv(VecEnv):
         self.tracker.clear()
         obs = self.task.observe(self.state, np)
         return self._to_torch_obs(obs, self._images(np.arange(self.num_envs)))
+
+    def reset_to(self, initial: ResetState) -> Obs:
+        self._reset_envs(np.arange(self.num_envs), resample=True, initial=initial)
+        self.tracker.clear()
+        return self._to_torch_obs(self.task.observe(self.state, np), self._images(np.arange(self.num_envs)))
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         action = validate_action(action, self.num_envs, self.action_dim)
@@ -204,14 +209,19 @@ class MujocoVecEnv(VecEnv):
             raise SimulationError(np.unique(env_ids), cause + (_DIVERGED_HINT if diverged else ""))
         self._warning_counts[:] = counts
 
-    def _reset_envs(self, ids: np.ndarray, resample: bool) -> None:
-        """Draw initial states (and, if asked, physical parameters) for envs `ids`, then run mj_forward."""
+    def _reset_envs(self, ids: np.ndarray, resample: bool, initial: ResetState | None = None) -> None:
+        """Draw initial states (and, if asked, physical parameters) for envs `ids`, or take them from
+        `initial` (whose `dr_*` variables, if present, are the parameters), then run mj_forward."""
         sampler = NumpySampler(self.rng)
-        initial = self.task.reset(sampler, len(ids), np)
+        if initial is None:
+            initial = self.task.reset(sampler, len(ids), np)
+        else:
+            initial = ResetState(*(None if x is None else _host_copy(x) for x in initial))
         self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
         new_vars = dict(initial.vars)
         if resample or not self.vars:
-            params = self.randomizer.sample(sampler, len(ids), np)
+            given = all(name in new_vars for name in PARAMS)
+            params = {k: new_vars[k] for k in PARAMS} if given else self.randomizer.sample(sampler, len(ids), np)
             for name, values in self.randomizer.model_fields(params, np).items():
                 self.batch.expand(name)[ids] = values
                 self._expanded_fields.add(name)
@@ -275,3 +285,10 @@ class MujocoVecEnv(VecEnv):
         if images is not None:
             out["image"] = to_torch(images, self.device)
         return out
+
+
+def _host_copy(value: Any) -> Any:
+    """A numpy copy of an array from any array library (or of each array in a dict)."""
+    if isinstance(value, dict):
+        return {key: np.array(item) for key, item in value.items()}
+    return np.array(value, dtype=np.float64)

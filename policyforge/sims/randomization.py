@@ -7,6 +7,8 @@ the array namespace `xp`, so that the native backend writes them into its batch 
 
 from __future__ import annotations
 
+import copy
+
 import mujoco
 import numpy as np
 
@@ -16,6 +18,11 @@ from policyforge.sims.task import Array, Sampler, Xp
 
 PARAMS = ("dr_friction", "dr_mass", "dr_kp", "dr_kd", "dr_com")
 """Task variables written by the randomiser; 1 (scales) or 0 (offsets) when not randomised."""
+
+DERIVED_FIELDS = ("body_invweight0", "dof_invweight0", "body_subtreemass")
+"""Model constants mj_setConst derives from masses that constraint softness and sensors depend on."""
+MASS_TABLE_POINTS = 33
+"""Mass scales at which `derived_constants` tabulates mj_setConst (linear interpolation in between)."""
 
 
 class Randomizer:
@@ -32,6 +39,8 @@ class Randomizer:
         if config.com_offset is not None and root_body is None:
             raise ConfigError("sim.randomization.com_offset", f"task {task} names no root body; remove com_offset")
         self.root_body = model.body(root_body).id if root_body else 0
+        self._model = model
+        self._table: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
         self.base = {
             "geom_friction": model.geom_friction.copy(),
             "body_mass": model.body_mass.copy(),
@@ -87,6 +96,41 @@ class Randomizer:
             factor = (1.0 + (kp - 1.0) * kp_mask) * (1.0 + (kd - 1.0) * kd_mask)
             fields["actuator_biasprm"] = xp.asarray(base["actuator_biasprm"]) * factor
         return fields
+
+    def derived_constants(self, params: dict[str, Array], xp: Xp) -> dict[str, Array]:
+        """Per-env values [n, ...] of the constants mj_setConst would recompute after `mass_scale`, for
+        backends that cannot call it (MJX): tabulated with mj_setConst over the configured range and
+        interpolated linearly (armature keeps them from scaling exactly as 1/mass)."""
+        if self.config.mass_scale is None:
+            return {}
+        low, high = self.config.mass_scale
+        scales, table = self._mass_table()
+        position = (params["dr_mass"] - low) / max(high - low, 1e-12) * (len(scales) - 1)
+        lower = xp.clip(xp.floor(position), 0, max(len(scales) - 2, 0)).astype(int)
+        upper = xp.minimum(lower + 1, len(scales) - 1)
+        weight = xp.clip(position - lower, 0.0, 1.0)
+        fields = {}
+        for name, values in table.items():
+            values = xp.asarray(values)
+            w = weight.reshape(weight.shape + (1,) * (values.ndim - 1))
+            fields[name] = values[lower] * (1.0 - w) + values[upper] * w
+        return fields
+
+    def _mass_table(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self._table is None:
+            low, high = self.config.mass_scale
+            scales = np.linspace(low, high, MASS_TABLE_POINTS if high > low else 1)
+            model = copy.copy(self._model)
+            data = mujoco.MjData(model)
+            rows: dict[str, list[np.ndarray]] = {name: [] for name in DERIVED_FIELDS}
+            for scale in scales:
+                model.body_mass[:] = self.base["body_mass"] * scale
+                model.body_inertia[:] = self.base["body_inertia"] * scale
+                mujoco.mj_setConst(model, data)
+                for name in DERIVED_FIELDS:
+                    rows[name].append(getattr(model, name).copy())
+            self._table = scales, {name: np.stack(values) for name, values in rows.items()}
+        return self._table
 
 
 def _position_servos(model: mujoco.MjModel) -> np.ndarray:

@@ -67,6 +67,11 @@ class VecEnv(abc.ABC):
     def cameras(self) -> list[str]:
         """Names of the cameras `render` accepts."""
 
+    def reset_to(self, initial: Any) -> Obs:
+        """Reset every env to the given initial states (a `task.ResetState` of [N, ...] arrays, e.g. from
+        another backend or a demonstration); its `dr_*` variables, if present, set the physical parameters."""
+        raise RuntimeError(f"{type(self).__name__} cannot reset to given states")
+
     def get_state(self) -> dict[str, Any] | None:
         """A snapshot from which `set_state` continues exactly (for resumable training), or None if the
         backend cannot snapshot its simulators."""
@@ -92,17 +97,22 @@ def validate_action(action: torch.Tensor | np.ndarray, num_envs: int, action_dim
         action = action.detach().cpu().numpy()
     action = np.asarray(action, dtype=np.float64)
     if action.shape != (num_envs, action_dim):
-        raise ValueError(
-            f"action must have shape [num_envs, action_dim] = [{num_envs}, {action_dim}], got {list(action.shape)}"
-        )
+        raise ValueError(action_shape_error(num_envs, action_dim, action.shape))
     finite = np.isfinite(action).all(axis=1)
     if not finite.all():
-        bad = np.flatnonzero(~finite)
-        raise ValueError(
-            f"action is NaN or inf in env {', '.join(map(str, bad[:8]))}: the policy produced non-finite outputs; "
-            "check its parameters and observation normalisation"
-        )
+        raise ValueError(non_finite_action_error(np.flatnonzero(~finite)))
     return np.clip(action, -1.0, 1.0)
+
+
+def action_shape_error(num_envs: int, action_dim: int, shape: tuple[int, ...]) -> str:
+    return f"action must have shape [num_envs, action_dim] = [{num_envs}, {action_dim}], got {list(shape)}"
+
+
+def non_finite_action_error(env_ids: np.ndarray) -> str:
+    return (
+        f"action is NaN or inf in env {', '.join(map(str, env_ids[:8]))}: the policy produced non-finite outputs; "
+        "check its parameters and observation normalisation"
+    )
 
 
 def check_finite(env_ids_all: int, named: dict[str, np.ndarray]) -> None:
