@@ -69,7 +69,7 @@ class MjxVecEnv(VecEnv):
         self.episode_steps = task.episode_steps
         self.program, self.compile_seconds = _program(task, num_envs, randomization or RandomizationConfig())
         """Seconds spent compiling (0 when this process had compiled the same program already)."""
-        self._renderers: dict[tuple[int, int], _render.FrameRenderer] = {}
+        self._renderers = _render.RendererCache(task.model)
         self.state: EnvState
         obs = self.reset(seed)
         self.obs_shapes = {key: tuple(value.shape[1:]) for key, value in obs.items()}
@@ -111,10 +111,8 @@ class MjxVecEnv(VecEnv):
         ids = np.arange(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
         rows = jax.tree.map(lambda x: x[ids], self.state.data)
         datas = mujoco.mjx.get_data(self.task.model, rows)
-        key = (width, height)
-        if key not in self._renderers:
-            self._renderers[key] = _render.FrameRenderer(self.task.model, width, height)
-        return np.stack([self._renderers[key].render(data, camera) for data in datas])
+        renderer = self._renderers.get(width, height)
+        return np.stack([renderer.render(data, camera) for data in datas])
 
     def get_state(self) -> dict[str, Any]:
         """Every array of the device state (physics, task variables, model fields, counters, key) on the host."""
@@ -130,9 +128,7 @@ class MjxVecEnv(VecEnv):
         self.state = jax.tree.unflatten(treedef, [jnp.asarray(s) for s in saved])
 
     def close(self) -> None:
-        for renderer in self._renderers.values():
-            renderer.close()
-        self._renderers.clear()
+        self._renderers.close()
 
     # -- internals ---------------------------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ class MujocoVecEnv(VecEnv):
         self.randomizer = Randomizer(randomization, model, task.root_body, task.name)
         self._resample_on_reset = randomization.resample_on_reset
         self._image = image if image is not None and image.cameras else None
-        self._renderers: dict[tuple[int, int], _render.FrameRenderer] = {}
+        self._renderers = _render.RendererCache(task.model)
         self._scratch = mujoco.MjData(model)
         self.rng = np.random.default_rng(seed)
         self.steps = np.zeros(num_envs, dtype=np.int64)
@@ -142,7 +142,7 @@ class MujocoVecEnv(VecEnv):
 
     def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
         ids = np.arange(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
-        renderer = self._renderer(width, height)
+        renderer = self._renderers.get(width, height)
         return np.stack([renderer.render(self.batch.get_data(int(i), self._scratch), camera) for i in ids])
 
     def get_state(self) -> dict[str, Any]:
@@ -174,9 +174,7 @@ class MujocoVecEnv(VecEnv):
         self._warning_counts[:] = self.batch.warning[:, :, 1]
 
     def close(self) -> None:
-        for renderer in self._renderers.values():
-            renderer.close()
-        self._renderers.clear()
+        self._renderers.close()
 
     # -- internals ---------------------------------------------------------------------------------------
 
@@ -266,19 +264,13 @@ class MujocoVecEnv(VecEnv):
         if self._image is None:
             return None
         cfg = self._image
-        renderer = self._renderer(cfg.width, cfg.height)
+        renderer = self._renderers.get(cfg.width, cfg.height)
         frames = np.empty((len(ids), len(cfg.cameras), cfg.height, cfg.width, 3), dtype=np.uint8)
         for row, env in enumerate(ids):
             data = self.batch.get_data(int(env), self._scratch)
             for view, camera in enumerate(cfg.cameras):
                 frames[row, view] = renderer.render(data, camera)
         return frames
-
-    def _renderer(self, width: int, height: int) -> _render.FrameRenderer:
-        key = (width, height)
-        if key not in self._renderers:
-            self._renderers[key] = _render.FrameRenderer(self.task.model, width, height)
-        return self._renderers[key]
 
     def _to_torch_obs(self, obs: dict[str, np.ndarray], images: np.ndarray | None) -> Obs:
         out = {key: to_torch(value.astype(np.float32), self.device) for key, value in obs.items()}

@@ -65,6 +65,25 @@ class FrameRenderer:
             self._renderer = None
 
 
+class RendererCache:
+    """One `FrameRenderer` per frame size for a model, made on first use (what each backend keeps)."""
+
+    def __init__(self, model: mujoco.MjModel):
+        self.model = model
+        self._renderers: dict[tuple[int, int], FrameRenderer] = {}
+
+    def get(self, width: int, height: int) -> FrameRenderer:
+        key = (width, height)
+        if key not in self._renderers:
+            self._renderers[key] = FrameRenderer(self.model, width, height)
+        return self._renderers[key]
+
+    def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
+
+
 _OPEN: weakref.WeakSet[FrameRenderer] = weakref.WeakSet()
 
 
