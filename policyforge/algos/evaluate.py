@@ -1,4 +1,5 @@
-"""Deterministic evaluation: one episode per evaluation env with `policy.act`, optionally filmed."""
+"""Deterministic evaluation: one episode per evaluation env with `policy.act` (action chunks executed by
+`ChunkedActor`), optionally filmed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from policyforge.io import write_video
 from policyforge.policies.base import Policy
+from policyforge.policies.rollout import ChunkedActor
 from policyforge.sims.vec_env import VecEnv
 
 VIDEO_FPS = 25.0
@@ -38,8 +40,10 @@ def evaluate(
     term_sums: dict[str, torch.Tensor] = {}
     term_steps = torch.zeros(n)
     step, last_frame = 0, int(video_seconds / env.control_dt) if video_path is not None else -1
+    actor = ChunkedActor(policy, n)
     while not finished.all():
-        obs, _, _, _, info = env.step(policy.act(obs)[:, 0])
+        obs, _, _, _, info = env.step(actor(obs))
+        actor.episodes_ended(info["episode"]["done"])
         if step <= last_frame and step % every == 0:
             frames.append(_tile(env.render(camera, env_ids=tiles, width=240, height=180)))
         step += 1

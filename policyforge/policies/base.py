@@ -43,6 +43,8 @@ class Policy(nn.Module, abc.ABC):
     """A."""
     chunk_len: int = 1
     """H, actions per decision."""
+    export_tolerance: float = 1e-5
+    """Largest |exported − act| accepted when an export is checked."""
 
     @abc.abstractmethod
     def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
@@ -62,6 +64,10 @@ class Policy(nn.Module, abc.ABC):
 
     def update_normalizer(self, obs: Obs) -> None:
         """Fold a batch of observations into the policy's observation normaliser (if it has one)."""
+
+    @abc.abstractmethod
+    def example_obs(self, batch: int) -> Obs:
+        """Zero observations of the shapes and dtypes `act` reads (export traces with them)."""
 
     def export_spec(self) -> dict[str, Any]:
         """Input/output description stored beside exported graphs."""

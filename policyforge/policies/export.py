@@ -1,13 +1,15 @@
 """Export a policy's deterministic path (`act`, normaliser included) to ONNX or TorchScript, and check it.
 
-The exported graph maps observations [B, D] float32 to action chunks [B, H, A] in [-1, 1]; a JSON file
-beside it says which observation it expects and what the actions mean.
+The exported graph maps observations (state [B, D] float32, or a history [B, T_o, D] and images [B, T_o, V, H, W, 3]
+uint8 for chunked policies) to action chunks [B, H, A] in [-1, 1]; a JSON file beside it says which inputs it
+expects and what the actions mean.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,53 +18,68 @@ import torch
 from torch import nn
 
 from policyforge.io import atomic_path
-from policyforge.policies.base import Policy
+from policyforge.policies.base import Obs, Policy
+from policyforge.policies.chunked import IMAGE_KEY
 
 Format = Literal["onnx", "torchscript"]
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
 
 
+INPUT_NAMES = {IMAGE_KEY: "image"}
+"""Graph input name of each observation key; the policy's state is called "obs"."""
+
+
+def input_names(policy: Policy) -> list[str]:
+    """The observation keys `act` reads, in graph-input order."""
+    return list(policy.example_obs(1))
+
+
 class ActGraph(nn.Module):
-    """`policy.act` on a bare observation tensor: obs [B, D] → actions [B, H, A]."""
+    """`policy.act` on bare tensors: (obs [B, ...], image? [B, ...]) → actions [B, H, A]."""
 
     def __init__(self, policy: Policy):
         super().__init__()
-        self.policy = policy
+        self.policy, self.keys = policy, input_names(policy)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.policy.act({self.policy.obs_key: obs})
+    def forward(self, obs: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
+        inputs = (obs,) if image is None else (obs, image)
+        return self.policy.act(dict(zip(self.keys, inputs, strict=True)))
 
 
-def export(policy: Policy, obs_dim: int, path: Path, fmt: Format, metadata: dict[str, Any] | None = None) -> Path:
-    """Write the graph to `path` (atomically) and its description to `path` with suffix .json."""
+def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | None = None) -> Path:
+    """Write the graph to `path` (atomically) and its description to `path` with suffix .json. Chunked
+    policies are exported with their whole deterministic sampler (a fixed number of steps) inside."""
     graph = ActGraph(policy).eval()
-    example = torch.zeros(2, obs_dim)
+    example = tuple(policy.example_obs(2).values())
+    names = [INPUT_NAMES.get(key, "obs") for key in graph.keys]
     path = Path(path)
     with torch.no_grad(), atomic_path(path) as tmp:
         if fmt == "torchscript":
             with warnings.catch_warnings():  # deprecated in favour of torch.export, still what C++ deploys load
                 warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 traced = torch.jit.freeze(torch.jit.trace(graph, example))
                 torch.jit.save(traced, str(tmp))
         elif fmt == "onnx":
             batch = torch.export.Dim("batch", min=1)
             torch.onnx.export(
                 graph,
-                (example,),
+                example,
                 str(tmp),
                 dynamo=True,
-                input_names=["obs"],
+                input_names=names,
                 output_names=["action"],
-                dynamic_shapes=({0: batch},),
+                dynamic_shapes=tuple({0: batch} for _ in example),
                 verbose=False,
             )
         else:
             raise ValueError(f"unknown export format {fmt!r}; use onnx or torchscript")
     spec = {
         **policy.export_spec(),
-        "obs_dim": obs_dim,
         "format": fmt,
-        "input": "obs [B, obs_dim] float32",
+        "obs_dim": int(example[0].shape[-1]),
+        "inputs": {name: [*value.shape[1:]] for name, value in zip(names, example, strict=True)},
+        "input": "obs [B, ...] float32 (state, normalised inside); image [B, ...] uint8 for image policies",
         "output": "action [B, chunk_len, action_dim] in [-1, 1]",
         **(metadata or {}),
     }
@@ -71,22 +88,24 @@ def export(policy: Policy, obs_dim: int, path: Path, fmt: Format, metadata: dict
     return path
 
 
-def load_exported(path: Path) -> Any:
-    """A callable obs [B, D] (numpy float32) → actions [B, H, A] (numpy) running the exported file."""
+def load_exported(path: Path) -> Callable[..., np.ndarray]:
+    """A callable (obs, image?) numpy arrays → actions [B, H, A] (numpy) running the exported file."""
     path = Path(path)
     if path.suffix == ".onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        return lambda obs: session.run(None, {"obs": np.asarray(obs, dtype=np.float32)})[0]
+        names = [i.name for i in session.get_inputs()]
+        return lambda *inputs: session.run(None, dict(zip(names, inputs, strict=True)))[0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         module = torch.jit.load(str(path))
-    return lambda obs: module(torch.as_tensor(np.asarray(obs, dtype=np.float32))).numpy()
+    return lambda *inputs: module(*(torch.as_tensor(x) for x in inputs)).numpy()
 
 
 @torch.no_grad()
-def max_export_error(policy: Policy, path: Path, obs: torch.Tensor) -> float:
-    """Largest |exported(obs) − policy.act(obs)| over a batch of observations [B, D]."""
-    expected = policy.act({policy.obs_key: obs}).numpy()
-    return float(np.abs(load_exported(path)(obs.numpy()) - expected).max())
+def max_export_error(policy: Policy, path: Path, obs: Obs) -> float:
+    """Largest |exported(obs) − policy.act(obs)| over a batch of observations (the keys `act` reads)."""
+    expected = policy.act(obs).numpy()
+    inputs = [obs[key].numpy() for key in input_names(policy)]
+    return float(np.abs(load_exported(path)(*inputs) - expected).max())

@@ -87,6 +87,9 @@ class GaussianPolicy(Policy):
         mean, std = self.distribution(obs)
         return -self._log_prob(chain, mean, std).mean()
 
+    def example_obs(self, batch: int) -> Obs:
+        return {self.obs_key: torch.zeros(batch, self.normalizer.mean.shape[0])}
+
     def update_normalizer(self, obs: Obs) -> None:
         self.normalizer.update(obs[self.obs_key])
 

@@ -8,8 +8,8 @@ from typing import Literal
 
 from torch import nn
 
-Activation = Literal["elu", "tanh", "relu", "silu"]
-_ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
+Activation = Literal["elu", "tanh", "relu", "silu", "mish"]
+_ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "mish": nn.Mish}
 
 
 def mlp(

@@ -4,26 +4,63 @@ sampled chain exactly, gradients reach the trainable parameters only, exports re
 import pytest
 import torch
 
+from policyforge.policies.chunked import ChunkConfig
+from policyforge.policies.denoisers import DenoiserConfig
+from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policyforge.policies.encoders import EncoderConfig
 from policyforge.policies.export import export, max_export_error
+from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
 
 OBS_DIM, ACTION_DIM, BATCH = 7, 3, 64
+CHUNK = ChunkConfig(n_obs_steps=2, horizon=4, act_steps=2)
+SMALL = DenoiserConfig(hidden=[64, 64], time_dim=16)
+IMAGE_SHAPE = (1, 16, 16, 3)
+STEPS = 5
+"""Sampling steps of the multi-step policies here (fewer than the defaults: traced exports unroll them)."""
 
 
 def gaussian(**overrides) -> GaussianPolicy:
     return GaussianPolicy(OBS_DIM, ACTION_DIM, GaussianConfig(hidden=[32, 32], **overrides))
 
 
+def diffusion(frozen_steps: int = 0, **overrides) -> DiffusionPolicy:
+    config = DiffusionConfig(**{"chunk": CHUNK, "denoiser": SMALL, "inference_steps": STEPS, **overrides})
+    policy = DiffusionPolicy(OBS_DIM, ACTION_DIM, config)
+    policy.freeze_early_steps(frozen_steps)
+    return policy
+
+
+def flow(image_shape=None, **overrides) -> FlowPolicy:
+    config = FlowConfig(**{"chunk": CHUNK, "denoiser": SMALL, "steps": STEPS, **overrides})
+    return FlowPolicy(OBS_DIM, ACTION_DIM, config, image_shape=image_shape)
+
+
 POLICIES = {
     "gaussian": lambda: gaussian(),
     "gaussian_tanh": lambda: gaussian(squash=True, state_dependent_std=True, init_std=0.5),
+    "diffusion_mlp": lambda: diffusion(),
+    "diffusion_unet": lambda: diffusion(denoiser=DenoiserConfig(kind="unet", unet_channels=[16, 32], time_dim=16)),
+    "diffusion_dppo": lambda: diffusion(frozen_steps=3),
+    "flow_reinflow": lambda: flow(),
+    "flow_sde": lambda: flow(chain_noise="sde"),
+    "shortcut_1": lambda: flow(variant="shortcut", steps=1),
+    "shortcut_4": lambda: flow(variant="shortcut", steps=4),
+    "meanflow_1": lambda: flow(variant="meanflow", steps=1),
+    "flow_image": lambda: flow(image_shape=IMAGE_SHAPE, encoder=EncoderConfig(image_channels=8, image_features=16)),
 }
 
 
-def observations(policy) -> dict[str, torch.Tensor]:
-    torch.manual_seed(0)
-    obs = {"policy": 3.0 + 2.0 * torch.randn(BATCH, OBS_DIM)}
-    policy.update_normalizer(obs)  # non-trivial normaliser statistics
+def observations(policy, batch: int = BATCH, seed: int = 0, fit_normalizer: bool = True) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    obs = {}
+    for key, example in policy.example_obs(batch).items():
+        if example.dtype == torch.uint8:
+            obs[key] = torch.randint(0, 256, example.shape, generator=generator, dtype=torch.uint8)
+        else:
+            obs[key] = 3.0 + 2.0 * torch.randn(example.shape, generator=generator)
+    if fit_normalizer:
+        policy.update_normalizer(obs)  # non-trivial normaliser statistics
     return obs
 
 
@@ -35,18 +72,23 @@ def policy(request):
 
 def test_act_is_sample_without_noise(policy):
     obs = observations(policy)
+    policy.eval()
     assert torch.equal(policy.act(obs), policy.sample(obs, noise_scale=0.0).action)
     noisy = policy.sample(obs).action
-    assert noisy.shape == (BATCH, 1, ACTION_DIM) and not torch.allclose(noisy, policy.act(obs))
+    assert noisy.shape == (BATCH, policy.chunk_len, ACTION_DIM) and not torch.allclose(noisy, policy.act(obs))
     assert noisy.abs().max() <= 1.0
 
 
 def test_log_prob_rescores_the_sampled_chain(policy):
     obs = observations(policy)
+    policy.eval()
     sample = policy.sample(obs)
     log_prob, entropy = policy.log_prob(obs, sample.chain)
-    torch.testing.assert_close(log_prob, sample.log_prob, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(log_prob, sample.log_prob, rtol=1e-5, atol=1e-3)
     assert log_prob.shape == entropy.shape == (BATCH,) and torch.isfinite(log_prob).all()
+    assert torch.isfinite(entropy).all()
+    other = policy.log_prob(obs, sample.chain + 0.05 * torch.randn_like(sample.chain))[0]
+    assert not torch.allclose(other, log_prob)  # the rescoring depends on the chain
 
 
 def test_gradients_reach_trainable_parameters_only(policy):
@@ -54,31 +96,57 @@ def test_gradients_reach_trainable_parameters_only(policy):
     sample = policy.sample(obs)
     log_prob, _ = policy.log_prob(obs, sample.chain.detach())
     log_prob.sum().backward()
+    trainable = {name for name, p in policy.named_parameters() if p.requires_grad}
     for name, parameter in policy.named_parameters():
-        assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+        if name in trainable:
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+        else:
+            assert parameter.grad is None, name
+    frozen = {name for name, p in policy.named_parameters() if name.startswith("base.")}
+    assert frozen.isdisjoint(trainable)
+    assert bool(frozen) == (getattr(policy, "frozen_steps", 0) > 0)
     assert all(not buffer.requires_grad for buffer in policy.buffers())
 
 
-def test_bc_loss_fits_demonstrations(policy):
+ONE_STEP = {"shortcut_1", "meanflow_1"}
+"""One-step flows learn their big step by bootstrapping from smaller ones: looser after a short fit."""
+
+
+def test_bc_loss_fits_demonstrations(policy, request):
+    name = request.node.callspec.params["policy"]
     torch.manual_seed(2)
-    obs = {"policy": torch.randn(256, OBS_DIM)}
-    target = torch.tanh(obs["policy"][:, :ACTION_DIM])[:, None, :] * 0.8
+    if getattr(policy, "frozen_steps", 0):
+        policy.freeze_early_steps(0)  # behaviour cloning trains every step; freezing is for RL fine-tuning
+    obs = observations(policy, 256, seed=3)
+    state = obs[policy.obs_key]
+    latest = state[:, -1] if state.dim() == 3 else state
+    target = torch.tanh((latest[:, :ACTION_DIM] - 3.0) / 2.0)[:, None, :] * 0.8
+    target = target.expand(-1, policy.chunk_len, -1).contiguous()
     optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    policy.train()
     first = float(policy.bc_loss(obs, target))
     for _ in range(300):
         loss = policy.bc_loss(obs, target)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    assert float(loss) < first - 1.0
-    assert (policy.act(obs) - target).abs().mean() < 0.1
+    policy.eval()
+    if name != "meanflow_1":  # MeanFlow's adaptive weighting keeps its loss near 1 by design
+        assert float(loss) < 0.5 * first
+    tolerance = 0.2 if name in ONE_STEP else 0.1
+    assert (policy.act(obs) - target).abs().mean() < tolerance
+
+
+EXPORT_TOLERANCE = {"diffusion_unet": 1e-3}
+"""onnxruntime's convolutions round differently; 10 DDIM steps amplify it (x0 = (x − √(1−ᾱ)ε)/√ᾱ)."""
 
 
 @pytest.mark.parametrize("fmt,suffix", [("onnx", ".onnx"), ("torchscript", ".pt")])
-def test_export_reproduces_act(policy, fmt, suffix, tmp_path):
+def test_export_reproduces_act(policy, fmt, suffix, tmp_path, request):
+    tolerance = EXPORT_TOLERANCE.get(request.node.callspec.params["policy"], 1e-5)
     obs = observations(policy)
-    path = export(policy, OBS_DIM, tmp_path / f"policy{suffix}", fmt, {"task": "test"})
+    policy.eval()
+    path = export(policy, tmp_path / f"policy{suffix}", fmt, {"task": "test"})
     assert path.with_suffix(".json").exists()
-    fresh = 3.0 + 2.0 * torch.randn(500, OBS_DIM)
-    assert max_export_error(policy, path, fresh) <= 1e-5
-    assert max_export_error(policy, path, obs["policy"][:1]) <= 1e-5  # batch size 1 too
+    assert max_export_error(policy, path, observations(policy, 500, seed=4, fit_normalizer=False)) <= tolerance
+    assert max_export_error(policy, path, {k: v[:1] for k, v in obs.items()}) <= tolerance  # batch size 1 too

@@ -1,0 +1,162 @@
+"""What diffusion and flow policies share: observation history in, action chunk out, a denoiser conditioned on
+the encoded history, and the Gaussian transitions their RL chains are made of.
+
+Observations: obs[obs_key] [B, T_o, D] (or [B, D] when T_o = 1) and, for image policies, obs["image"]
+[B, T_o, V, Hi, Wi, 3] uint8. `policies.rollout.ChunkedActor` keeps the history and executes `act_steps` of
+each chunk in a VecEnv.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from policyforge.config import check
+from policyforge.policies.base import Obs, Policy, Sample
+from policyforge.policies.denoisers import DenoiserConfig, build_denoiser
+from policyforge.policies.encoders import EncoderConfig, ObservationEncoder
+from policyforge.policies.normalizer import RunningNormalizer
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+IMAGE_KEY = "image"
+
+
+@dataclasses.dataclass
+class ChunkConfig:
+    """Observation history and action chunking."""
+
+    n_obs_steps: int = 1
+    """T_o, observations (current and previous) the policy sees."""
+    horizon: int = 8
+    """H, actions predicted per decision."""
+    act_steps: int = 8
+    """Actions of each chunk executed before planning again (≤ horizon)."""
+
+    def __post_init__(self) -> None:
+        check(self.n_obs_steps >= 1, "n_obs_steps", f"must be ≥ 1, got {self.n_obs_steps}")
+        check(self.horizon >= 1, "horizon", f"must be ≥ 1, got {self.horizon}")
+        check(
+            1 <= self.act_steps <= self.horizon,
+            "act_steps",
+            f"must be in [1, horizon={self.horizon}], got {self.act_steps}",
+        )
+
+
+def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Diagonal Gaussian log-density summed over every axis but the first: [B, ...] → [B]."""
+    return (-0.5 * ((x - mean) / std) ** 2 - std.log() - _HALF_LOG_2PI).flatten(1).sum(-1)
+
+
+def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
+    """Entropy of a diagonal Gaussian summed over every axis but the first: [B, ...] → [B]."""
+    return (0.5 + _HALF_LOG_2PI + std.log()).flatten(1).sum(-1)
+
+
+class ChunkedPolicy(Policy):
+    """Base of the diffusion and flow policies: an observation encoder and a denoiser, plus a frozen copy of both
+    for the early sampling steps that RL fine-tuning leaves untouched (`freeze_early_steps`)."""
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        chunk: ChunkConfig,
+        encoder: EncoderConfig,
+        denoiser: DenoiserConfig,
+        obs_key: str = "policy",
+        image_shape: tuple[int, ...] | None = None,
+    ):
+        super().__init__()
+        self.obs_key, self.action_dim = obs_key, action_dim
+        self.chunk_len, self.act_steps, self.n_obs_steps = chunk.horizon, chunk.act_steps, chunk.n_obs_steps
+        self.state_dim, self.image_shape = state_dim, tuple(image_shape) if image_shape else None
+        self.encoder = ObservationEncoder(encoder, state_dim, chunk.n_obs_steps, self.image_shape)
+        self.denoiser = build_denoiser(denoiser, chunk.horizon, action_dim, self.encoder.out_dim)
+        if denoiser.kind == "unet":  # onnxruntime's convolutions round differently; the sampler's steps amplify it
+            self.export_tolerance = 1e-3
+        self.base: nn.ModuleDict | None = None
+        self.frozen_steps = 0
+        """Sampling steps run by the frozen copy in `base` (the first ones)."""
+
+    @property
+    def normalizer(self) -> RunningNormalizer:
+        """The state normaliser (inside the encoder)."""
+        return self.encoder.normalizer
+
+    def freeze_early_steps(self, frozen_steps: int) -> None:
+        """Run the first `frozen_steps` sampling steps with a frozen copy of the current networks; only the later
+        steps stay trainable (DPPO fine-tunes the last K' denoising steps)."""
+        check(frozen_steps >= 0, "frozen_steps", f"must be ≥ 0, got {frozen_steps}")
+        self.frozen_steps = frozen_steps
+        self.base = None
+        if frozen_steps:
+            frozen = {"encoder": copy.deepcopy(self.encoder), "denoiser": copy.deepcopy(self.denoiser)}
+            self.base = nn.ModuleDict(frozen)
+            self.base.requires_grad_(False)
+
+    def encode(self, obs: Obs, frozen: bool = False) -> torch.Tensor:
+        """Condition [B, C] from the observation history (with the frozen copy's encoder if `frozen`)."""
+        state = obs[self.obs_key]
+        state = state[:, None] if state.dim() == 2 else state
+        check(
+            state.shape[1] == self.n_obs_steps,
+            f"obs.{self.obs_key}",
+            f"expected a history of n_obs_steps={self.n_obs_steps} observations [B, {self.n_obs_steps}, "
+            f"{self.state_dim}], got {list(state.shape)} (policies.rollout.ChunkedActor stacks the history)",
+        )
+        image = None
+        if self.image_shape is not None:
+            image = obs.get(IMAGE_KEY)
+            if image is not None and image.dim() == len(self.image_shape) + 1:
+                image = image[:, None]
+        encoder = self.base["encoder"] if frozen and self.base is not None else self.encoder
+        return encoder(state, image)
+
+    def initial_latent(self, cond: torch.Tensor, noise_scale: float) -> torch.Tensor:
+        """The chain's start [B, H, A]: N(0, noise_scale²·I), all zeros without noise. Shapes come from `cond`
+        [B, C] so that exported graphs keep a free batch size."""
+        zeros = cond[:, :1, None].expand(-1, self.chunk_len, self.action_dim) * 0
+        return zeros + noise_scale * torch.randn_like(zeros) if noise_scale else zeros
+
+    def network(self, step: int) -> nn.Module:
+        """The denoiser that runs sampling step `step` (0 = first)."""
+        return self.base["denoiser"] if self.base is not None and step < self.frozen_steps else self.denoiser
+
+    def update_normalizer(self, obs: Obs) -> None:
+        self.encoder.normalizer.update(obs[self.obs_key])
+
+    @abc.abstractmethod
+    def sample(self, obs: Obs, noise_scale: float = 1.0, score: bool = True) -> Sample:
+        """As `Policy.sample`; `score=False` skips the log-probability (`act` needs only the action)."""
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        return self.sample(obs, noise_scale=0.0, score=False).action
+
+    def example_obs(self, batch: int) -> Obs:
+        obs = {self.obs_key: torch.zeros(batch, self.n_obs_steps, self.state_dim)}
+        if self.image_shape is not None:
+            obs[IMAGE_KEY] = torch.zeros(batch, self.n_obs_steps, *self.image_shape, dtype=torch.uint8)
+        return obs
+
+    def export_spec(self) -> dict[str, Any]:
+        return {
+            **super().export_spec(),
+            "n_obs_steps": self.n_obs_steps,
+            "act_steps": self.act_steps,
+            "image_shape": list(self.image_shape) if self.image_shape else None,
+        }
+
+    def _conditions(self, obs: Obs, steps: int) -> list[torch.Tensor]:
+        """The condition each of `steps` sampling steps sees (the frozen copy's for frozen steps)."""
+        cond = self.encode(obs)
+        if not self.frozen_steps or self.base is None:
+            return [cond] * steps
+        with torch.no_grad():
+            frozen = self.encode(obs, frozen=True)
+        return [frozen if k < self.frozen_steps else cond for k in range(steps)]

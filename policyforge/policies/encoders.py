@@ -1,0 +1,120 @@
+"""Observation encoders of the chunked (diffusion / flow) policies: an observation history → one condition vector.
+
+    state [B, T_o, D] (normalised inside)  and optionally  image [B, T_o, V, Hi, Wi, 3] uint8
+        → cond [B, C]
+
+Images go through a small ResNet-style CNN per view and time step (random initialisation, no hub weights),
+with DrQ-style random-shift augmentation while training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from policyforge.config import check
+from policyforge.policies.normalizer import RunningNormalizer
+
+
+@dataclasses.dataclass
+class EncoderConfig:
+    """How observations become the condition of the denoiser."""
+
+    normalize_state: bool = True
+    """Normalise the state with running statistics (fitted on the demonstrations for BC)."""
+    image_features: int = 64
+    """Features per view and time step from the image CNN (used when the env has image observations)."""
+    image_channels: int = 32
+    """Channels of the image CNN."""
+    random_shift: int = 4
+    """Random-shift augmentation while training: pad by this many pixels and crop back (0: off)."""
+
+    def __post_init__(self) -> None:
+        check(self.image_features > 0, "image_features", f"must be > 0, got {self.image_features}")
+        check(self.image_channels > 0, "image_channels", f"must be > 0, got {self.image_channels}")
+        check(self.random_shift >= 0, "random_shift", f"must be ≥ 0, got {self.random_shift}")
+
+
+class _ResidualConv(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.GroupNorm(8, channels),
+            nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1),
+            nn.GroupNorm(8, channels),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x + self.body(x))
+
+
+class ImageEncoder(nn.Module):
+    """uint8 images [N, Hi, Wi, 3] → features [N, F]: strided stem, two residual stages, global average pool."""
+
+    def __init__(self, channels: int, features: int, random_shift: int):
+        super().__init__()
+        self.random_shift = random_shift
+        c = channels
+        self.net = nn.Sequential(
+            nn.Conv2d(3, c, 5, stride=2, padding=2),
+            nn.GroupNorm(8, c),
+            nn.ReLU(),
+            _ResidualConv(c),
+            nn.Conv2d(c, 2 * c, 3, stride=2, padding=1),
+            nn.GroupNorm(8, 2 * c),
+            nn.ReLU(),
+            _ResidualConv(2 * c),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(2 * c, features),
+            nn.LayerNorm(features),
+        )
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.permute(0, 3, 1, 2).float() / 255.0 - 0.5
+        if self.training and self.random_shift:
+            x = random_shift(x, self.random_shift)
+        return self.net(x)
+
+
+def random_shift(x: torch.Tensor, pad: int) -> torch.Tensor:
+    """Shift each image [N, C, H, W] by a random integer offset in [-pad, pad]² (edges replicated)."""
+    n, _, h, w = x.shape
+    padded = F.pad(x, (pad, pad, pad, pad), mode="replicate")
+    dy = torch.randint(0, 2 * pad + 1, (n, 1, 1), device=x.device)
+    dx = torch.randint(0, 2 * pad + 1, (n, 1, 1), device=x.device)
+    rows = (torch.arange(h, device=x.device)[None, :, None] + dy).expand(n, h, w)
+    cols = (torch.arange(w, device=x.device)[None, None, :] + dx).expand(n, h, w)
+    batch = torch.arange(n, device=x.device)[:, None, None].expand(n, h, w)
+    return padded.permute(0, 2, 3, 1)[batch, rows, cols].permute(0, 3, 1, 2)
+
+
+class ObservationEncoder(nn.Module):
+    """Normalised, flattened state history, concatenated with image features of every view and time step."""
+
+    def __init__(
+        self, config: EncoderConfig, state_dim: int, n_obs_steps: int, image_shape: tuple[int, ...] | None = None
+    ):
+        super().__init__()
+        self.normalizer = RunningNormalizer(state_dim, enabled=config.normalize_state)
+        self.image = None
+        views = 0
+        if image_shape is not None:
+            views = image_shape[0]
+            self.image = ImageEncoder(config.image_channels, config.image_features, config.random_shift)
+        self.out_dim = n_obs_steps * (state_dim + views * config.image_features)
+
+    def forward(self, state: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
+        """state [B, T_o, D], image [B, T_o, V, Hi, Wi, 3] → [B, out_dim]."""
+        parts = [self.normalizer(state).flatten(1)]
+        if self.image is not None:
+            if image is None:
+                raise ValueError("this policy reads image observations: pass obs['image'] (sim.image.cameras)")
+            b = image.shape[0]
+            parts.append(self.image(image.flatten(0, 2)).view(b, -1))
+        return torch.cat(parts, dim=-1)

@@ -1,0 +1,141 @@
+"""Diffusion and flow samplers against references: diffusers' DDIM step, the Flow-SDE marginals of a known
+flow, the DPPO chain's std floor and noise clip, and ChunkedActor's per-env history and chunk execution."""
+
+import pytest
+import torch
+from diffusers import DDIMScheduler
+from torch import nn
+
+from policyforge.config import ConfigError
+from policyforge.policies.chunked import ChunkConfig
+from policyforge.policies.denoisers import DenoiserConfig
+from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policyforge.policies.flow import FlowConfig, FlowPolicy
+from policyforge.policies.rollout import ChunkedActor
+
+OBS_DIM, ACTION_DIM = 5, 2
+SMALL = DenoiserConfig(hidden=[32, 32], time_dim=8)
+
+
+def diffusion_policy(**overrides) -> DiffusionPolicy:
+    config = DiffusionConfig(**{"chunk": ChunkConfig(horizon=4, act_steps=4), "denoiser": SMALL, **overrides})
+    return DiffusionPolicy(OBS_DIM, ACTION_DIM, config)
+
+
+@pytest.mark.parametrize("eta", [0.0, 1.0])
+def test_ddim_step_matches_diffusers(eta):
+    torch.manual_seed(0)
+    policy = diffusion_policy(eta=eta, min_std=1e-12, inference_steps=10)
+    reference = DDIMScheduler(
+        num_train_timesteps=100, beta_schedule="squaredcos_cap_v2", clip_sample=True, set_alpha_to_one=True
+    )
+    reference.set_timesteps(10)
+    cond = policy.encode({"policy": torch.randn(8, OBS_DIM)})
+    x = torch.randn(8, 4, ACTION_DIM)
+    for k, timestep in enumerate(reference.timesteps):
+        step = torch.full((8,), k)
+        with torch.no_grad():
+            x0, eps = policy.predict(step, x, cond, policy.denoiser)
+            mean, std = policy.moments(step, x0, eps)
+            output = policy.denoiser(x, step * 0 + timestep / 100, torch.zeros(8), cond)
+        noise = torch.randn_like(x)
+        expected = reference.step(output, timestep, x, eta=eta, use_clipped_model_output=True, variance_noise=noise)
+        torch.testing.assert_close(mean + std * noise, expected.prev_sample, rtol=1e-4, atol=1e-5)
+        x = expected.prev_sample
+
+
+def test_dppo_chain_floors_the_std_and_clips_the_noise():
+    torch.manual_seed(0)
+    policy = diffusion_policy(eta=0.0, min_std=0.1, noise_clip=2.0)
+    obs = {"policy": torch.randn(256, OBS_DIM)}
+    sample = policy.sample(obs)
+    step = torch.arange(policy.steps)
+    for k in range(policy.steps):
+        with torch.no_grad():
+            x0, eps = policy.predict(step[k].repeat(256), sample.chain[:, k], policy.encode(obs), policy.denoiser)
+            mean, std = policy.moments(step[k].repeat(256), x0, eps)
+        assert torch.allclose(std, torch.full_like(std, 0.1))  # η = 0: only the floor is left
+        z = (sample.chain[:, k + 1] - mean) / std
+        assert z.abs().max() <= 2.0 + 1e-4 and z.abs().max() > 1.5
+
+
+class _GaussianDataVelocity(nn.Module):
+    """The exact velocity of x_t = t·a + (1 − t)·ε for a ~ N(m, c²) (per element): E[a − ε | x_t]."""
+
+    def __init__(self, mean: float, std: float):
+        super().__init__()
+        self.mean, self.var = mean, std**2
+
+    def forward(self, x, t, delta, cond):
+        t = t[:, None, None]
+        variance = t**2 * self.var + (1 - t) ** 2
+        centred = x - t * self.mean
+        return self.mean + (t * self.var - (1 - t)) * centred / variance
+
+
+@pytest.mark.parametrize("chain_noise", ["sde", "reinflow"])
+def test_stochastic_flow_chains_keep_the_data_distribution(chain_noise):
+    """The ODE→SDE conversion keeps the flow's marginals exactly (up to discretisation); ReinFlow's bounded
+    noise (mean 0.12 over 50 steps) only adds variance on top — the reason its std range is small."""
+    torch.manual_seed(0)
+    config = FlowConfig(chunk=ChunkConfig(horizon=1, act_steps=1), steps=50, chain_noise=chain_noise)
+    policy = FlowPolicy(OBS_DIM, ACTION_DIM, config)
+    policy.denoiser = _GaussianDataVelocity(mean=0.3, std=0.2)
+    obs = {"policy": torch.zeros(20_000, OBS_DIM)}
+    with torch.no_grad():
+        samples = policy.sample(obs).chain[:, -1]
+        ode = policy.sample(obs, noise_scale=0.0).chain[:, -1]
+    assert torch.allclose(ode, torch.full_like(ode, 0.3), atol=1e-3)  # x_0 = 0 flows to the mode
+    assert abs(float(samples.mean()) - 0.3) < 0.01
+    if chain_noise == "sde":
+        assert abs(float(samples.std()) - 0.2) < 0.015
+    else:
+        assert float(samples.std()) > 0.2
+
+
+def test_sde_chain_needs_two_steps():
+    with pytest.raises(ConfigError, match="steps"):
+        FlowConfig(chain_noise="sde", steps=1)
+
+
+def test_unet_horizon_must_divide():
+    config = DiffusionConfig(
+        chunk=ChunkConfig(horizon=6, act_steps=4),
+        denoiser=DenoiserConfig(kind="unet", unet_channels=[16, 32, 64]),
+    )
+    with pytest.raises(ConfigError, match="horizon"):
+        DiffusionPolicy(OBS_DIM, ACTION_DIM, config)
+
+
+def test_reinflow_noise_stays_in_its_range():
+    torch.manual_seed(0)
+    config = FlowConfig(chunk=ChunkConfig(horizon=4, act_steps=2), denoiser=SMALL, noise_std_range=(0.05, 0.2))
+    policy = FlowPolicy(OBS_DIM, ACTION_DIM, config)
+    for parameter in policy.noise_net.parameters():
+        nn.init.normal_(parameter, std=3.0)  # push the head to its bounds
+    std = policy.noise_net(torch.randn(512, 4, ACTION_DIM), torch.rand(512), torch.randn(512, OBS_DIM))
+    assert std.min() >= 0.05 and std.max() <= 0.2 and std.max() - std.min() > 0.1
+
+
+def test_chunked_actor_executes_chunks_and_restarts_histories():
+    torch.manual_seed(0)
+    config = FlowConfig(chunk=ChunkConfig(n_obs_steps=2, horizon=4, act_steps=3), denoiser=SMALL, steps=2)
+    policy = FlowPolicy(OBS_DIM, ACTION_DIM, config).eval()
+    actor = ChunkedActor(policy, num_envs=2)
+    observations = [torch.randn(2, OBS_DIM) for _ in range(7)]
+    actions = []
+    for t, obs in enumerate(observations):
+        if t == 4:
+            actor.episodes_ended(torch.tensor([True, False]))  # env 0 starts a new episode at step 4
+        actions.append(actor({"policy": obs}))
+    first = policy.act({"policy": torch.stack([observations[0], observations[0]], dim=1)})
+    for t in range(3):  # steps 0-2: the first chunk, planned on a history of the first observation repeated
+        torch.testing.assert_close(actions[t], first[:, t])
+    replanned = policy.act({"policy": torch.stack([observations[2], observations[3]], dim=1)})
+    torch.testing.assert_close(actions[3], replanned[:, 0])  # step 3: both plan again on their last two obs
+    restarted = policy.act({"policy": torch.stack([observations[4], observations[4]], dim=1)})
+    torch.testing.assert_close(actions[4][0], restarted[0, 0])  # env 0: new episode, fresh history and chunk
+    torch.testing.assert_close(actions[4][1], replanned[1, 1])  # env 1 carries on with its chunk
+    latest = policy.act({"policy": torch.stack([observations[5], observations[6]], dim=1)})
+    torch.testing.assert_close(actions[6][1], latest[1, 0])  # env 1: its chunk ran out after 3 actions
+    torch.testing.assert_close(actions[6][0], restarted[0, 2])  # env 0 is still on its chunk from step 4
