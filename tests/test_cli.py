@@ -69,3 +69,40 @@ def test_config_errors_name_the_field(capsys):
 def test_console_script_is_installed():
     result = subprocess.run([sys.executable, "-m", "policyforge.cli", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "demo" in result.stdout and "export" in result.stdout
+
+
+def test_collect_writes_a_dataset_that_reads_back(tmp_path, capsys):
+    from policyforge.data.dataset import Demonstrations
+
+    out = tmp_path / "reach"
+    collect = ["collect", "arm-reach", "episode_seconds=0.4", "--episodes", "3", "--out", str(out), "--envs", "2"]
+    collect += ["--cameras", "front", "--image-size", "32x24", "--hesitation", "0.2", "--seed", "7"]
+    assert main(collect) == 0
+    assert "wrote 3 episodes (30 frames" in capsys.readouterr().out
+    data = Demonstrations(out)
+    assert data.num_episodes == 3 and data.num_frames == 30 and data.cameras == ["front"]
+    assert data.column("observation.state").shape == (30, 28) and data.column("action").shape == (30, 5)
+    assert data.images("front").shape == (30, 24, 32, 3)
+    assert data.info["policyforge"]["expert"]["hesitation"] == 0.2
+    assert data.info["policyforge"]["task_options"] == {"episode_seconds": 0.4}
+    assert main(collect) == 0  # same settings: appended
+    assert Demonstrations(out).num_episodes == 6
+    assert main([*collect[:-4], "--hesitation", "0.0"]) == 2  # other settings: refused, dataset untouched
+    assert "--out: " in capsys.readouterr().out and Demonstrations(out).num_episodes == 6
+    assert main([*collect, "--overwrite"]) == 0
+    assert Demonstrations(out).num_episodes == 3
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["arm-reach", "--hesitation", "1.5"], "--hesitation: is a per-step probability"),
+        (["arm-reach", "--cameras", "top"], "--cameras: unknown ['top']"),
+        (["arm-reach", "--image-size", "big"], "--image-size: give SIZE or WIDTHxHEIGHT"),
+        (["arm-reach", "--envs", "0"], "--envs: must be ≥ 1"),
+        (["pendulum-swingup"], "task: no scripted expert for 'pendulum-swingup'"),
+    ],
+)
+def test_collect_errors_name_the_flag(tmp_path, capsys, flags, message):
+    assert main(["collect", *flags, "--episodes", "1", "--out", str(tmp_path / "ds")]) == 2
+    assert message in capsys.readouterr().out

@@ -1,1 +1,11 @@
-"""Demonstration data: scripted experts for the arm tasks (datasets in the LeRobot layout come next)."""
+"""Demonstration data: scripted experts for the arm tasks, and datasets in the LeRobotDataset v3.0 layout.
+
+`experts.py` state machines that solve the arm tasks (with `action_noise` / `hesitation` to degrade them),
+`dataset.py` the crash-safe `DemoWriter` and the `Demonstrations` reader, `layout.py` the on-disk format,
+`collect.py` recording expert episodes into a dataset (`policyforge collect`).
+"""
+
+from policyforge.data.dataset import Demonstrations, DemoWriter
+from policyforge.data.experts import EXPERTS, ArmExpert
+
+__all__ = ["EXPERTS", "ArmExpert", "DemoWriter", "Demonstrations"]

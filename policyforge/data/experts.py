@@ -1,6 +1,8 @@
 """Scripted experts for the arm tasks: state machines over privileged task state, in `ee_delta_topdown` mode.
 
-They prove each task solvable and produce demonstrations. `action_noise` degrades them on purpose.
+They prove each task solvable and produce demonstrations. Two knobs degrade them on purpose, so that behaviour
+cloning on their demonstrations lands at a moderate success rate: `action_noise` (Gaussian noise on every action)
+and `hesitation` (random pauses, which make the same state lead to different actions).
 """
 
 from __future__ import annotations
@@ -18,23 +20,53 @@ OPEN, CLOSED = 1.0, -1.0
 
 
 class ArmExpert(abc.ABC):
-    """Base: turns per-env TCP targets into `ee_delta_topdown` actions [N, 5]."""
+    """Base: turns per-env TCP targets into `ee_delta_topdown` actions [N, 5].
 
-    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0):
+    `action_noise`: standard deviation of Gaussian noise added to every action (before clipping to [-1, 1]).
+    `hesitation`: per-step probability that an env starts a pause of 2–6 steps (this one included), during which
+    it commands no motion (translation and yaw 0) and keeps its last gripper command.
+    """
+
+    PAUSE_STEPS = (2, 6)
+    """Shortest and longest pause, control steps."""
+
+    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0, hesitation: float = 0.0):
         if task.config.control_mode != "ee_delta_topdown":
             raise ValueError(
                 f"scripted experts act in control_mode 'ee_delta_topdown', not {task.config.control_mode!r}"
             )
+        if not 0.0 <= hesitation < 1.0:
+            raise ValueError(f"hesitation is a per-step probability in [0, 1), got {hesitation}")
         self.task = task
         self.phase = np.zeros(num_envs, dtype=np.int64)
         self.timer = np.zeros(num_envs, dtype=np.int64)
         self.action_noise = action_noise
+        self.hesitation = hesitation
+        self.pause_left = np.zeros(num_envs, dtype=np.int64)
+        self.last_gripper = np.full(num_envs, np.nan)  # NaN: no command yet this episode
         self.rng = np.random.default_rng(seed)
 
     def reset(self, env_ids: np.ndarray) -> None:
-        """Start envs `env_ids` from the first phase (call when they begin a new episode)."""
+        """Start envs `env_ids` from the first phase, unpaused (call when they begin a new episode)."""
         self.phase[env_ids] = 0
         self.timer[env_ids] = 0
+        self.pause_left[env_ids] = 0
+        self.last_gripper[env_ids] = np.nan
+
+    def act(self, state: TaskState) -> np.ndarray:
+        """Actions [N, 5] for the current state: the plan, with pauses when `hesitation` > 0."""
+        action = self._plan(state)
+        if self.hesitation > 0:
+            shortest, longest = self.PAUSE_STEPS
+            starts = (self.pause_left == 0) & (self.rng.random(len(action)) < self.hesitation)
+            self.pause_left[starts] = self.rng.integers(shortest, longest + 1, int(starts.sum()))
+            paused = self.pause_left > 0
+            action[paused, :-1] = 0.0
+            held = paused & ~np.isnan(self.last_gripper)
+            action[held, -1] = self.last_gripper[held]
+            self.pause_left[paused] -= 1
+        self.last_gripper = action[:, -1].copy()
+        return action
 
     def _move(self, state: TaskState, target: np.ndarray, yaw: np.ndarray, gripper: np.ndarray) -> np.ndarray:
         """Action moving the controller's TCP target (which the arm follows with a lag) towards `target`."""
@@ -58,14 +90,14 @@ class ArmExpert(abc.ABC):
         return grasp_yaw(cube_yaw, tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np), np)
 
     @abc.abstractmethod
-    def act(self, state: TaskState) -> np.ndarray:
-        """Actions [N, 5] for the current state."""
+    def _plan(self, state: TaskState) -> np.ndarray:
+        """The state machine's actions [N, 5] for the current state (advancing its phases)."""
 
 
 class ReachExpert(ArmExpert):
     """Go straight to the goal."""
 
-    def act(self, state: TaskState) -> np.ndarray:
+    def _plan(self, state: TaskState) -> np.ndarray:
         n = len(self.phase)
         yaw = tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np)
         return self._move(state, state.vars["goal"], yaw, np.full(n, OPEN))
@@ -76,11 +108,11 @@ class LiftExpert(ArmExpert):
 
     HOVER = 0.08
 
-    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0):
-        super().__init__(task, num_envs, action_noise, seed)
+    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0, hesitation: float = 0.0):
+        super().__init__(task, num_envs, action_noise, seed, hesitation)
         self.hold = np.zeros((num_envs, 3))
 
-    def act(self, state: TaskState) -> np.ndarray:
+    def _plan(self, state: TaskState) -> np.ndarray:
         cube, tcp = self.task.cube_pos(state), self.task.tcp_pos(state)
         yaw = self._cube_yaw(state)
         hover = cube + [0.0, 0.0, self.HOVER]
@@ -109,7 +141,7 @@ class PushExpert(ArmExpert):
     HEIGHT = CUBE_HALF + 0.002
     PUSH_SPEED = 0.4
 
-    def act(self, state: TaskState) -> np.ndarray:
+    def _plan(self, state: TaskState) -> np.ndarray:
         cube, goal, tcp = self.task.cube_pos(state), state.vars["goal"], self.task.tcp_pos(state)
         offset = (goal - cube)[:, :2]
         remaining = np.linalg.norm(offset, axis=1, keepdims=True)

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from policyforge.data.experts import EXPERTS
+from policyforge.data.experts import CLOSED, EXPERTS, OPEN
 from policyforge.sims import SimConfig, make_env
+from policyforge.sims.tasks.arm_tasks import ArmReach
 
 
 def run_expert(task: str, num_envs: int, seed: int = 0, **expert_options) -> tuple[float, float]:
@@ -31,3 +32,52 @@ def test_action_noise_degrades_the_expert():
     clean, _ = run_expert("arm-lift-cube", 32)
     noisy, _ = run_expert("arm-lift-cube", 32, action_noise=1.0)
     assert noisy < clean - 0.2
+
+
+def rollout(task: str, num_envs: int, **expert_options) -> tuple[np.ndarray, np.ndarray]:
+    """One episode of every env: actions [T, N, 5] and the step at which each env first succeeded [N]."""
+    env = make_env(SimConfig(task=task, num_envs=num_envs), seed=0)
+    expert = EXPERTS[type(env.task)](env.task, num_envs, **expert_options)
+    actions, first_success = [], np.full(num_envs, env.episode_steps + 1)
+    for step in range(env.episode_steps):
+        actions.append(expert.act(env.state))
+        _, _, _, _, info = env.step(actions[-1])
+        first_success = np.where(info["success"].numpy(), np.minimum(first_success, step + 1), first_success)
+    return np.stack(actions), first_success
+
+
+def test_hesitation_pauses_and_slows_the_expert():
+    hesitation, (shortest, longest) = 0.3, EXPERTS[ArmReach].PAUSE_STEPS
+    clean_actions, clean_steps = rollout("arm-reach", 16)
+    actions, steps = rollout("arm-reach", 16, hesitation=hesitation)
+    paused = np.all(actions[..., :4] == 0, axis=-1)  # [T, N]
+    assert not np.all(clean_actions[..., :4] == 0, axis=-1).any()
+    # a pause starts with probability p on each unpaused step and lasts (2 + 6) / 2 steps on average
+    mean_pause = (shortest + longest) / 2
+    expected = hesitation * mean_pause / (hesitation * mean_pause + 1 - hesitation)
+    assert abs(paused.mean() - expected) < 0.08
+    assert steps.mean() > 1.3 * clean_steps.mean()
+
+
+def test_a_pause_holds_the_gripper_and_reset_ends_it():
+    env = make_env(SimConfig(task="arm-lift-cube", num_envs=8), seed=0)
+    expert = EXPERTS[type(env.task)](env.task, 8, hesitation=0.5, seed=1)
+    previous, paused_steps = None, 0
+    for _ in range(env.episode_steps):
+        action = expert.act(env.state)
+        paused = np.all(action[:, :4] == 0, axis=1)
+        if previous is not None:
+            assert np.array_equal(action[paused, 4], previous[paused, 4])
+        previous, paused_steps = action, paused_steps + paused.sum()
+        env.step(action)
+    assert paused_steps > 0 and (previous[:, 4] == CLOSED).any()  # episodes end holding the cube
+    expert.reset(np.arange(8))
+    env.reset(seed=0)
+    assert not expert.pause_left.any()
+    assert np.all(expert.act(env.state)[:, 4] == OPEN)  # a new episode's first pause holds nothing from the last
+
+
+def test_hesitation_is_a_probability():
+    env = make_env(SimConfig(task="arm-reach", num_envs=1))
+    with pytest.raises(ValueError, match="hesitation"):
+        EXPERTS[type(env.task)](env.task, 1, hesitation=1.0)

@@ -1,0 +1,237 @@
+"""Recording scripted-expert demonstrations (`policyforge collect`) into a LeRobotDataset v3.0 directory.
+
+The task's expert drives a native-MuJoCo VecEnv; every env's episode is buffered and, when it ends, written by
+`DemoWriter` (one atomic commit per episode), until exactly `episodes` are written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from policyforge.config import ConfigError
+from policyforge.data import layout
+from policyforge.data.dataset import Demonstrations, DemoWriter
+from policyforge.data.experts import EXPERTS, ArmExpert
+from policyforge.sims import ImageConfig, SimConfig, make_env
+from policyforge.sims.make import make_task
+from policyforge.sims.render import camera_names
+from policyforge.sims.vec_env import VecEnv
+
+INSTRUCTIONS = {
+    "arm-reach": "move the gripper to the green marker",
+    "arm-push-cube": "push the cube to the green marker",
+    "arm-lift-cube": "pick up the cube and lift it",
+}
+"""The language instruction stored with each task's episodes (LeRobot's `task`)."""
+MAX_ATTEMPTS_PER_EPISODE = 20
+"""With `only_successful`, give up after this many finished episodes per requested one."""
+
+
+def collect(
+    task: str,
+    episodes: int,
+    out: str | Path,
+    num_envs: int = 16,
+    seed: int = 0,
+    action_noise: float = 0.0,
+    hesitation: float = 0.0,
+    cameras: Sequence[str] = (),
+    image_size: int | tuple[int, int] = 96,
+    only_successful: bool = False,
+    task_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Record `episodes` expert episodes of `task` into `out`; returns a summary (episodes, frames, success rate,
+    seconds, ...).
+
+    An existing dataset in `out` is appended to if it was recorded with the same task, options, expert settings
+    and cameras (else a `ConfigError`); `overwrite` deletes it first. Appending continues from env seed
+    `seed + episodes already there`, so appended sessions never replay earlier episodes. Frame t of an episode
+    holds the policy observation before action t, the action, and the reward / done / success after it.
+    `image_size`: height = width, or (height, width); `num_envs`: at most this many parallel envs (no more than
+    `episodes` unless `only_successful`).
+    """
+    image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    _check_arguments(episodes, num_envs, action_noise, hesitation, image_hw)
+    task_options = dict(task_options or {})
+    expert_class, fps = _check_task(task, task_options, cameras)
+    out = Path(out)
+    if overwrite:
+        _delete_dataset(out)
+    env_seed = seed + (Demonstrations(out).num_episodes if (out / layout.INFO_PATH).is_file() else 0)
+    num_envs = num_envs if only_successful else min(num_envs, episodes)
+    image = ImageConfig(cameras=list(cameras), width=image_hw[1], height=image_hw[0])
+    env = make_env(SimConfig(task=task, num_envs=num_envs, task_options=task_options, image=image), seed=env_seed)
+    try:
+        info_extra = {
+            "task_options": task_options,
+            "control_mode": env.task.config.control_mode,
+            "control_dt": env.control_dt,
+            "observation": "obs['policy'] of the task, before the action",
+            "expert": {"name": expert_class.__name__, "action_noise": action_noise, "hesitation": hesitation},
+            "only_successful": only_successful,
+        }
+        try:
+            writer = DemoWriter(
+                out,
+                fps,
+                env.obs_shapes["policy"][0],
+                env.action_dim,
+                list(cameras),
+                image_hw,
+                task,
+                info_extra,
+                robot_type="panda",
+                session={"seed": env_seed, "num_envs": num_envs},
+            )
+        except (ValueError, FileExistsError) as err:
+            raise ConfigError("out", str(err)) from None
+        expert = expert_class(env.task, num_envs, action_noise=action_noise, seed=env_seed, hesitation=hesitation)
+        start = time.perf_counter()
+        with _progress_bar(progress, console, task, episodes) as update:
+            counts = _record(env, expert, writer, episodes, only_successful, list(cameras), env_seed, update)
+    finally:
+        env.close()
+    seconds = round(time.perf_counter() - start, 2)
+    summary = {"out": str(out), "task": task, "seed": env_seed, **counts}
+    return summary | {"dataset_episodes": writer.num_episodes, "seconds": seconds}
+
+
+def _record(
+    env: VecEnv,
+    expert: ArmExpert,
+    writer: DemoWriter,
+    episodes: int,
+    only_successful: bool,
+    cameras: list[str],
+    seed: int,
+    update: Callable[[int, str], None],
+) -> dict[str, Any]:
+    """Step the expert until `episodes` episodes are written; returns the counts."""
+    num_envs = env.num_envs
+    buffers = [_empty_buffer(cameras) for _ in range(num_envs)]
+    written = frames = successes = attempted = 0
+    instruction = INSTRUCTIONS.get(writer.info["policyforge"]["task"])
+    obs = env.reset(seed=seed)
+    while written < episodes:
+        action = expert.act(env.state).astype(np.float32)  # recorded exactly as executed
+        states = obs["policy"].numpy()
+        images = obs["image"].numpy() if cameras else None
+        obs, reward, terminated, truncated, info = env.step(action)
+        step_success = info["success"].numpy() if "success" in info else np.zeros(num_envs, bool)
+        step = (states, action, reward.numpy(), (terminated | truncated).numpy(), step_success, images)
+        for i, buffer in enumerate(buffers):
+            _append(buffer, i, *step, cameras)
+        ended = np.flatnonzero(info["episode"]["done"].numpy())
+        for i in ended:
+            success = bool(info["episode"]["success"][i])
+            attempted += 1
+            if written < episodes and (success or not only_successful):
+                episode = buffers[i]
+                images_i = {camera: np.stack(frames_) for camera, frames_ in episode.pop("images").items()}
+                arrays = {key: np.asarray(value) for key, value in episode.items()}
+                writer.add_episode(**arrays, images=images_i or None, instruction=instruction)
+                written, frames, successes = written + 1, frames + len(arrays["states"]), successes + success
+            buffers[i] = _empty_buffer(cameras)
+            update(written, f"{successes / max(written, 1):.0%}")
+        expert.reset(ended)
+        if only_successful and attempted >= MAX_ATTEMPTS_PER_EPISODE * episodes + num_envs and written < episodes:
+            raise ConfigError(
+                "only_successful",
+                f"the expert succeeded in {successes} of {attempted} episodes ({written} written): lower the action "
+                "noise or hesitation, or keep failed episodes too",
+            )
+    return {
+        "episodes": written,
+        "frames": frames,
+        "success_rate": successes / written,
+        "attempted": attempted,
+    }
+
+
+def _append(buffer: dict, i: int, states, action, reward, done, success, images, cameras: list[str]) -> None:
+    """Add env i's frame of this step to its episode buffer (copies: the env reuses its arrays)."""
+    buffer["states"].append(states[i].copy())
+    buffer["actions"].append(action[i])
+    buffer["rewards"].append(float(reward[i]))
+    buffer["dones"].append(bool(done[i]))
+    buffer["successes"].append(bool(success[i]))
+    for view, camera in enumerate(cameras):
+        buffer["images"][camera].append(images[i, view].copy())
+
+
+def _empty_buffer(cameras: Sequence[str]) -> dict[str, Any]:
+    keys = ("states", "actions", "rewards", "dones", "successes")
+    return {**{key: [] for key in keys}, "images": {camera: [] for camera in cameras}}
+
+
+def _check_arguments(episodes, num_envs, action_noise, hesitation, image_hw) -> None:
+    if episodes < 1:
+        raise ConfigError("episodes", f"must be ≥ 1, got {episodes}")
+    if num_envs < 1:
+        raise ConfigError("num_envs", f"must be ≥ 1, got {num_envs}")
+    if action_noise < 0:
+        raise ConfigError("action_noise", f"is a standard deviation, ≥ 0; got {action_noise}")
+    if not 0 <= hesitation < 1:
+        raise ConfigError("hesitation", f"is a per-step probability in [0, 1); got {hesitation}")
+    if min(image_hw) < 1:
+        raise ConfigError("image_size", f"must be positive, got {image_hw}")
+
+
+def _check_task(task: str, task_options: dict[str, Any], cameras: Sequence[str]) -> tuple[type[ArmExpert], int]:
+    """The task's expert class and integer fps, or a ConfigError saying why it cannot be recorded."""
+    probe = make_task(task, task_options)
+    expert_class = EXPERTS.get(type(probe))
+    if expert_class is None:
+        raise ConfigError("task", f"no scripted expert for {task!r}; experts exist for {', '.join(INSTRUCTIONS)}")
+    if probe.config.control_mode != "ee_delta_topdown":
+        raise ConfigError("task_options.control_mode", "scripted experts act in 'ee_delta_topdown' only")
+    unknown = [camera for camera in cameras if camera not in camera_names(probe.model)]
+    if unknown:
+        raise ConfigError("cameras", f"unknown {unknown}; {task} has cameras {camera_names(probe.model)}")
+    fps = 1.0 / probe.config.control_dt
+    if abs(fps - round(fps)) > 1e-6:
+        raise ConfigError("task_options.control_dt", f"LeRobot datasets need an integer fps, 1/control_dt = {fps:g}")
+    return expert_class, round(fps)
+
+
+def _delete_dataset(out: Path) -> None:
+    """Remove a dataset directory, refusing anything that does not look like one."""
+    if not out.exists():
+        return
+    if (out / layout.INFO_PATH).is_file():
+        shutil.rmtree(out)
+    elif any(out.iterdir()):
+        raise ConfigError("out", f"{out} holds files but is not a dataset (no {layout.INFO_PATH}); not deleting it")
+
+
+@contextlib.contextmanager
+def _progress_bar(
+    enabled: bool, console: Console | None, task: str, episodes: int
+) -> Iterator[Callable[[int, str], None]]:
+    """A rich progress bar of episodes written and their success rate; yields its update(written, success)."""
+    if not enabled:
+        yield lambda written, success: None
+        return
+    columns = (
+        TextColumn(f"[bold]{task}[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("episodes, success {task.fields[success]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console or Console()) as progress:
+        bar = progress.add_task(task, total=episodes, success="-")
+        yield lambda written, success: progress.update(bar, completed=written, success=success)

@@ -1,0 +1,69 @@
+"""Recording expert demonstrations: what each frame holds, exact episode counts, only-successful, appending."""
+
+import numpy as np
+import pytest
+
+from policyforge.config import ConfigError
+from policyforge.data.collect import collect
+from policyforge.data.dataset import Demonstrations
+from policyforge.sims import SimConfig, make_env
+
+SHORT = {"episode_seconds": 0.4}  # 10 control steps
+
+
+def test_frames_hold_the_observation_before_the_action_and_what_followed(tmp_path):
+    summary = collect("arm-reach", 5, tmp_path / "ds", num_envs=4, task_options=SHORT, progress=False)
+    assert summary["episodes"] == 5 and summary["frames"] == 50 and summary["dataset_episodes"] == 5
+    data = Demonstrations(tmp_path / "ds")
+    assert data.episode_bounds.tolist() == [[10 * e, 10 * e + 10] for e in range(5)]
+    states, actions = data.column("observation.state"), data.column("action")
+    rewards, successes = data.column("next.reward"), data.column("next.success")
+    assert np.array_equal(np.flatnonzero(data.column("next.done")), [9, 19, 29, 39, 49])
+    assert data.tasks == ["move the gripper to the green marker"]
+    # replay: envs 0-3 ran episodes 0-3, then env 0 ran episode 4 after its auto-reset
+    env = make_env(SimConfig(task="arm-reach", num_envs=4, task_options=SHORT))
+    obs = env.reset(seed=summary["seed"])
+    for step in range(20):
+        episodes = [0, 1, 2, 3] if step < 10 else [4, None, None, None]
+        rows = [10 * e + step % 10 if e is not None else None for e in episodes]
+        action = np.stack([actions[r] if r is not None else np.zeros(5, np.float32) for r in rows])
+        for env_id, row in enumerate(rows):
+            if row is not None:
+                assert np.array_equal(obs["policy"][env_id].numpy(), states[row]), (step, env_id)
+        obs, reward, _, _, info = env.step(action)
+        for env_id, row in enumerate(rows):
+            if row is not None:
+                assert reward[env_id].item() == rewards[row] and info["success"][env_id].item() == successes[row]
+
+
+def test_only_successful_episodes_and_appending_with_fresh_seeds(tmp_path):
+    options = {"num_envs": 8, "action_noise": 0.5, "only_successful": True, "task_options": SHORT, "progress": False}
+    first = collect("arm-reach", 2, tmp_path / "ds", **options)
+    assert first["episodes"] == 2 and first["success_rate"] == 1.0 and first["attempted"] > 2
+    second = collect("arm-reach", 2, tmp_path / "ds", seed=0, **options)
+    assert second["seed"] == 2 and second["dataset_episodes"] == 4
+    data = Demonstrations(tmp_path / "ds")
+    last_frames = data.episode_bounds[:, 1] - 1
+    assert data.column("next.success")[last_frames].all()
+    starts = data.column("observation.state")[data.episode_bounds[:, 0]]
+    assert len(np.unique(starts.round(6), axis=0)) == 4  # the appended session did not replay the first
+    assert [s["seed"] for s in data.info["policyforge"]["sessions"]] == [0, 2]
+    with pytest.raises(ConfigError, match=r"^out: .*policyforge\.expert"):
+        collect("arm-reach", 1, tmp_path / "ds", **(options | {"action_noise": 0.0}))
+
+
+@pytest.mark.parametrize(
+    "arguments, path",
+    [
+        ({"task": "pendulum-swingup"}, "task"),
+        ({"cameras": ["top"]}, "cameras"),
+        ({"hesitation": 1.0}, "hesitation"),
+        ({"episodes": 0}, "episodes"),
+        ({"task_options": {"control_mode": "joint_delta"}}, "task_options.control_mode"),
+    ],
+)
+def test_bad_arguments_are_named(tmp_path, arguments, path):
+    with pytest.raises(ConfigError) as error:
+        collect(**({"task": "arm-reach", "episodes": 1, "out": tmp_path / "ds", "progress": False} | arguments))
+    assert error.value.path == path
+    assert not (tmp_path / "ds").exists()
