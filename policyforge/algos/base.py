@@ -17,6 +17,12 @@ class Algorithm(abc.ABC):
     """An RL algorithm driving a VecEnv."""
 
     policy: Policy
+    step_unit: str = "env_steps"
+    """What the run's step counter counts (behaviour cloning counts gradient steps)."""
+
+    def total_steps(self, default: int) -> int:
+        """The run's length in `step_unit`s (`default`: runner.total_env_steps)."""
+        return default
 
     @abc.abstractmethod
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:

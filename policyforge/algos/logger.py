@@ -16,10 +16,12 @@ METRICS_FILE = "metrics.jsonl"
 class MetricsLogger:
     """Appends metrics to `metrics.jsonl` and TensorBoard; on resume, drops what came after the checkpoint."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None, tensorboard: bool = True):
-        self.path = run_dir / METRICS_FILE
+    def __init__(
+        self, run_dir: Path, resume_step: int | None = None, tensorboard: bool = True, step_key: str = "env_steps"
+    ):
+        self.path, self.step_key = run_dir / METRICS_FILE, step_key
         if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["env_steps"] <= resume_step]
+            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)[step_key] <= resume_step]
             self.path.write_text("".join(line + "\n" for line in kept))
         self._file = self.path.open("a")
         self._writer = None
@@ -29,7 +31,8 @@ class MetricsLogger:
             self._writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
 
     def log(self, env_steps: int, metrics: dict[str, float]) -> None:
-        record = {"env_steps": env_steps, **{k: float(v) for k, v in metrics.items()}}
+        """One log point at `env_steps` (in the run's step unit)."""
+        record = {self.step_key: env_steps, **{k: float(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._writer is not None:

@@ -17,6 +17,7 @@ from rich.console import Console
 from policyforge import config as config_io
 from policyforge.algos import checkpoint
 from policyforge.algos.base import Algorithm, StepCallback
+from policyforge.algos.bc import BC, BCConfig, demo_windows, load_demonstrations
 from policyforge.algos.evaluate import evaluate
 from policyforge.algos.logger import MetricsLogger, ProgressDisplay
 from policyforge.algos.plots import plot_learning_curves
@@ -25,6 +26,9 @@ from policyforge.algos.sac import SAC, SACConfig
 from policyforge.config import check
 from policyforge.io import write_json
 from policyforge.policies.base import Policy
+from policyforge.policies.chunked import IMAGE_KEY
+from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
 from policyforge.sims import SimConfig, make_env
 from policyforge.sims.vec_env import VecEnv
@@ -73,12 +77,20 @@ class RunConfig:
     """Parent directory of run directories."""
     seed: int = 0
     """Seed of networks, sampling and environments."""
-    algo: Literal["ppo", "sac"] = "ppo"
-    """Algorithm: `ppo` or `sac` (its section below is used)."""
+    algo: Literal["ppo", "sac", "bc"] = "ppo"
+    """Algorithm: `ppo`, `sac` or `bc` (behaviour cloning); its section below is used."""
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)
     """Simulation."""
+    policy_class: Literal["gaussian", "diffusion", "flow"] = "gaussian"
+    """Policy class; its section is used: `policy` (Gaussian), `diffusion` or `flow`."""
     policy: GaussianConfig = dataclasses.field(default_factory=GaussianConfig)
-    """Policy network."""
+    """Gaussian policy network (policy_class: gaussian)."""
+    diffusion: DiffusionConfig = dataclasses.field(default_factory=DiffusionConfig)
+    """Diffusion policy (policy_class: diffusion)."""
+    flow: FlowConfig = dataclasses.field(default_factory=FlowConfig)
+    """Flow-matching policy (policy_class: flow)."""
+    bc: BCConfig = dataclasses.field(default_factory=BCConfig)
+    """Behaviour cloning settings (algo: bc)."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
     """PPO settings (algo: ppo)."""
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
@@ -89,6 +101,12 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.algo == "sac":
             check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
+        if self.algo != "bc":
+            check(
+                self.policy_class == "gaussian",
+                "policy_class",
+                f"{self.algo} trains Gaussian policies; train a {self.policy_class} policy with algo: bc",
+            )
 
     @property
     def run_dir(self) -> Path:
@@ -98,12 +116,25 @@ class RunConfig:
 
 def build_policy(config: RunConfig, env: VecEnv) -> Policy:
     """The policy a config describes, for an env."""
-    return GaussianPolicy(env.obs_shapes["policy"][0], env.action_dim, config.policy)
+    state_dim, image_shape = env.obs_shapes["policy"][0], env.obs_shapes.get(IMAGE_KEY)
+    if config.policy_class == "diffusion":
+        return DiffusionPolicy(state_dim, env.action_dim, config.diffusion, image_shape=image_shape)
+    if config.policy_class == "flow":
+        return FlowPolicy(state_dim, env.action_dim, config.flow, image_shape=image_shape)
+    if image_shape is not None:
+        raise config_io.ConfigError(
+            "sim.image.cameras", "the Gaussian policy reads states only: use policy_class diffusion or flow"
+        )
+    return GaussianPolicy(state_dim, env.action_dim, config.policy)
 
 
 def build(config: RunConfig, env: VecEnv) -> Algorithm:
     """The policy and algorithm a config describes, for an env."""
     policy = build_policy(config, env)
+    if config.algo == "bc":
+        cameras = config.sim.image.cameras
+        demos = load_demonstrations(config.bc, config.sim.task, env, cameras)
+        return BC(policy, demo_windows(policy, demos, config.bc, cameras), config.bc)
     if config.algo == "sac":
         return SAC(policy, env.obs_shapes, config.sac)
     steps_per_iteration = env.num_envs * config.ppo.rollout_steps
@@ -131,6 +162,7 @@ class Runner:
         self.obs = self.env.reset(seed=config.seed)
         self.algo = build(config, self.env)
         self.iteration, self.env_steps, self.wall_time = 0, 0, 0.0
+        """env_steps counts the algorithm's step unit: environment steps, or gradient steps for behaviour cloning."""
         self._episodes: dict[str, list[float]] = {"return": [], "success": [], "length": []}
         self.step_hooks: list[StepCallback] = []
         """Extra callables given every training step's `info` (benchmarks use them to time episodes)."""
@@ -182,11 +214,12 @@ class Runner:
 
     def train(self) -> dict[str, Any]:
         cfg = self.config.runner
-        logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard)
-        display = ProgressDisplay(self.console, cfg.total_env_steps, self.env_steps)
+        total = self.algo.total_steps(cfg.total_env_steps)
+        logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard, self.algo.step_unit)
+        display = ProgressDisplay(self.console, total, self.env_steps)
         next_eval = self._next_multiple(cfg.eval_every_steps)
         try:
-            while self.env_steps < cfg.total_env_steps:
+            while self.env_steps < total:
                 start = time.perf_counter()
                 self.obs, metrics = self.algo.iterate(self.env, self.obs, self._record_episodes)
                 elapsed = time.perf_counter() - start
@@ -216,7 +249,7 @@ class Runner:
             logger.close()
         plot = plot_learning_curves(self.run_dir, f"{self.config.sim.task} · {self.config.algo}")
         summary = {
-            "env_steps": self.env_steps,
+            self.algo.step_unit: self.env_steps,
             "iterations": self.iteration,
             "wall_s": round(self.wall_time, 1),
             "compile_s": round(self.compile_seconds, 1),

@@ -1,0 +1,218 @@
+"""Behaviour cloning of any policy class from a demonstration dataset, with EMA weights and a warm-up + cosine
+learning-rate schedule. The runner drives it like an RL algorithm (iterations, evaluation rollouts in the
+VecEnv, checkpoints, plots); its steps are gradient steps.
+
+Training samples are windows of one episode: the observation history [T_o, D] ending at frame i (the first
+frame repeated before the episode starts) and the actions [H, A] from frame i on (the last repeated after it
+ends), as in Diffusion Policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from diffusers.optimization import get_cosine_schedule_with_warmup
+
+from policyforge.algos.base import Algorithm, StepCallback
+from policyforge.config import ConfigError, check
+from policyforge.data.dataset import Demonstrations
+from policyforge.policies.base import Obs, Policy
+from policyforge.policies.chunked import IMAGE_KEY
+from policyforge.sims.vec_env import VecEnv
+
+STATE, ACTION = "observation.state", "action"
+
+
+@dataclasses.dataclass
+class BCConfig:
+    """Behaviour cloning."""
+
+    dataset: str = ""
+    """Demonstration dataset directory (`policyforge collect <task>` writes one)."""
+    max_episodes: int = 0
+    """Use only the first this many demonstrations (0: all)."""
+    gradient_steps: int = 20_000
+    """Gradient steps to train for (the run's length)."""
+    steps_per_iteration: int = 250
+    """Gradient steps between logging points (checkpoints come every runner.checkpoint_every of these)."""
+    batch_size: int = 256
+    """Windows per gradient step."""
+    lr: float = 1e-3
+    """Peak learning rate (AdamW)."""
+    weight_decay: float = 1e-6
+    """AdamW weight decay."""
+    warmup_steps: int = 500
+    """Linear learning-rate warm-up, then cosine decay to 0 at gradient_steps."""
+    ema_decay: float = 0.999
+    """Decay of the exponential moving average of the weights that is evaluated, checkpointed and exported."""
+    grad_clip: float = 1.0
+    """Clip the gradient norm to this (0: off)."""
+
+    def __post_init__(self) -> None:
+        check(self.gradient_steps > 0, "gradient_steps", f"must be > 0, got {self.gradient_steps}")
+        check(self.steps_per_iteration > 0, "steps_per_iteration", f"must be > 0, got {self.steps_per_iteration}")
+        check(self.batch_size > 0, "batch_size", f"must be > 0, got {self.batch_size}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(0 <= self.ema_decay < 1, "ema_decay", f"must be in [0, 1), got {self.ema_decay}")
+        check(self.max_episodes >= 0, "max_episodes", f"must be ≥ 0, got {self.max_episodes}")
+
+
+class DemoWindows:
+    """Random training windows from a dataset: observation histories and action chunks, as tensors."""
+
+    def __init__(
+        self,
+        demos: Demonstrations,
+        obs_key: str,
+        n_obs_steps: int,
+        horizon: int,
+        cameras: list[str],
+        max_episodes: int = 0,
+    ):
+        bounds = demos.episode_bounds[: max_episodes or None]
+        self.obs_key, self.n_obs_steps, self.horizon = obs_key, n_obs_steps, horizon
+        self.states = torch.as_tensor(demos.column(STATE), dtype=torch.float32)
+        self.actions = torch.as_tensor(demos.column(ACTION), dtype=torch.float32)
+        self.images = None
+        if cameras:
+            self.images = torch.as_tensor(np.stack([demos.images(camera) for camera in cameras], axis=1))
+        lengths = bounds[:, 1] - bounds[:, 0]
+        self.frames = torch.as_tensor(np.concatenate([np.arange(a, b) for a, b in bounds]))
+        self.first = torch.as_tensor(np.repeat(bounds[:, 0], lengths))
+        self.last = torch.as_tensor(np.repeat(bounds[:, 1] - 1, lengths))
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def sample(self, batch: int) -> tuple[Obs, torch.Tensor]:
+        """Observations (state [B, T_o, D] or [B, D] without history; image [B, T_o, V, H, W, 3]) and action
+        chunks [B, H, A]."""
+        pick = torch.randint(len(self.frames), (batch,))
+        frame, first, last = self.frames[pick, None], self.first[pick, None], self.last[pick, None]
+        history = max(self.n_obs_steps, 1)
+        obs_index = torch.maximum(frame - torch.arange(history - 1, -1, -1), first)
+        action_index = torch.minimum(frame + torch.arange(self.horizon), last)
+        obs = {self.obs_key: self.states[obs_index]}
+        if self.images is not None:
+            obs[IMAGE_KEY] = self.images[obs_index]
+        if not self.n_obs_steps:
+            obs = {k: v[:, 0] for k, v in obs.items()}
+        return obs, self.actions[action_index]
+
+
+class BC(Algorithm):
+    """Supervised training of `policy.bc_loss` on demonstration windows."""
+
+    step_unit = "gradient_steps"
+
+    def __init__(self, policy: Policy, windows: DemoWindows, config: BCConfig):
+        self.config, self.windows = config, windows
+        self.model = policy
+        """The weights being trained."""
+        policy.update_normalizer({policy.obs_key: windows.states})
+        self.policy = copy.deepcopy(policy).requires_grad_(False).eval()
+        """The EMA of `model`: what is evaluated, checkpointed as the policy, and exported."""
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.schedule = get_cosine_schedule_with_warmup(self.optimizer, config.warmup_steps, config.gradient_steps)
+        self.step = 0
+
+    def total_steps(self, default: int) -> int:
+        return self.config.gradient_steps
+
+    def steps_per_iteration(self, env: VecEnv) -> int:
+        return self.config.steps_per_iteration
+
+    def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
+        cfg = self.config
+        self.model.train()
+        losses, norms = [], []
+        for _ in range(cfg.steps_per_iteration):
+            batch_obs, actions = self.windows.sample(cfg.batch_size)
+            loss = self.model.bc_loss(batch_obs, actions)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)))
+            self.optimizer.step()
+            self.schedule.step()
+            self._update_ema()
+            losses.append(float(loss.detach()))
+        metrics = {"loss/bc": float(np.mean(losses)), "loss/lr": self.schedule.get_last_lr()[0]}
+        if norms:
+            metrics["loss/grad_norm"] = float(np.mean(norms))
+        return obs, metrics
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        self.step += 1
+        decay = min(self.config.ema_decay, (1 + self.step) / (10 + self.step))  # short memory early on
+        for average, current in zip(self.policy.parameters(), self.model.parameters(), strict=True):
+            average.lerp_(current, 1 - decay)
+        for average, current in zip(self.policy.buffers(), self.model.buffers(), strict=True):
+            average.copy_(current)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "step": self.step,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.step = state["step"]
+
+
+def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[str]) -> Demonstrations:
+    """The dataset `config` names, checked against the task and env it will be evaluated in."""
+    check(
+        bool(config.dataset),
+        "bc.dataset",
+        "give the demonstration dataset: bc.dataset=data/<task> "
+        "(write one with `policyforge collect <task> --episodes N`)",
+    )
+    path = Path(config.dataset)
+    if not path.exists():
+        raise ConfigError(
+            "bc.dataset",
+            f"{path} does not exist; write it with `policyforge collect {task} --episodes 100 --out {path}`",
+        )
+    demos = Demonstrations(path)
+    recorded = demos.info.get("policyforge", {}).get("task")
+    if recorded is not None and recorded != task:
+        raise ConfigError("bc.dataset", f"{path} holds demonstrations of {recorded!r}, not sim.task={task!r}")
+    state_dim, action_dim = demos.column(STATE).shape[1], demos.column(ACTION).shape[1]
+    check(
+        (state_dim, action_dim) == (env.obs_shapes["policy"][0], env.action_dim),
+        "bc.dataset",
+        f"{path} has states of {state_dim} and actions of {action_dim} values, the env {env.obs_shapes['policy'][0]} "
+        f"and {env.action_dim} (different task_options?)",
+    )
+    missing = sorted(set(cameras) - set(demos.cameras))
+    check(not missing, "sim.image.cameras", f"{path} has no video of {missing}; it has {demos.cameras}")
+    if config.max_episodes:
+        check(
+            config.max_episodes <= demos.num_episodes,
+            "bc.max_episodes",
+            f"{path} holds {demos.num_episodes} episodes, fewer than {config.max_episodes}",
+        )
+    return demos
+
+
+def demo_windows(policy: Policy, demos: Demonstrations, config: BCConfig, cameras: list[str]) -> DemoWindows:
+    """Training windows shaped for `policy` (its history length and chunk)."""
+    history = getattr(policy, "n_obs_steps", 0)
+    windows = DemoWindows(demos, policy.obs_key, history, policy.chunk_len, cameras, config.max_episodes)
+    if len(windows) == 0:
+        raise ConfigError("bc.dataset", f"{config.dataset} has no frames")
+    return windows

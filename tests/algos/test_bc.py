@@ -1,0 +1,104 @@
+"""Behaviour cloning through the runner: it learns from scripted demonstrations, resumes exactly, refuses
+datasets that don't fit, and its policies export."""
+
+import json
+
+import pytest
+import torch
+from rich.console import Console
+
+from policyforge.algos import bc
+from policyforge.algos.runner import RunConfig, Runner
+from policyforge.config import ConfigError, from_dict
+from policyforge.data.collect import collect
+from policyforge.policies.export import export, max_export_error
+
+CHUNK = {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}
+
+
+@pytest.fixture(scope="module")
+def reach_demos(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demos") / "arm-reach"
+    collect("arm-reach", 16, out, num_envs=16, seed=0, action_noise=0.1, progress=False)
+    return out
+
+
+def bc_config(tmp_path, dataset, **overrides) -> RunConfig:
+    settings = {
+        "name": "bc",
+        "out_dir": str(tmp_path),
+        "algo": "bc",
+        "policy_class": "flow",
+        "sim": {"task": "arm-reach", "num_envs": 1},
+        "flow": {"chunk": CHUNK, "steps": 4, "denoiser": {"hidden": [128, 128]}},
+        "bc": {"dataset": str(dataset), "gradient_steps": 800, "steps_per_iteration": 200, "warmup_steps": 50},
+        "runner": {"eval_envs": 16, "video": "none", "eval_every_steps": 200, "tensorboard": False},
+    }
+    for key, value in overrides.items():
+        section, _, field = key.partition(".")
+        if field:
+            settings[section] = {**settings.get(section, {}), field: value}
+        else:
+            settings[key] = value
+    return from_dict(RunConfig, settings)
+
+
+def test_flow_bc_learns_reach_from_demonstrations(tmp_path, reach_demos):
+    runner = Runner.start(bc_config(tmp_path, reach_demos), Console(quiet=True))
+    untrained = runner.evaluate()["eval/success"]
+    summary = runner.train()
+    runner.close()
+    records = [json.loads(line) for line in (tmp_path / "bc" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss/bc"] for r in records if "loss/bc" in r]
+    assert losses[-1] < 0.5 * losses[0]
+    assert summary["gradient_steps"] == 800 and "gradient_steps" in records[0]
+    assert summary["eval/success"] >= 0.75 > untrained
+    assert (tmp_path / "bc" / "plots" / "learning_curves.png").exists()
+
+
+def test_bc_resumes_exactly(tmp_path, reach_demos, monkeypatch):
+    overrides = {"bc.gradient_steps": 60, "bc.steps_per_iteration": 10, "runner.checkpoint_every": 2}
+    overrides.update({"runner.eval_every_steps": 0, "runner.eval_envs": 2})
+    whole = Runner.start(bc_config(tmp_path, reach_demos, name="whole", **overrides), Console(quiet=True))
+    whole.train()
+    calls = {"n": 0}
+    original = bc.BC.iterate
+
+    def crash_on_fifth(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return original(self, *args)
+
+    monkeypatch.setattr(bc.BC, "iterate", crash_on_fifth)
+    killed = Runner.start(bc_config(tmp_path, reach_demos, name="killed", **overrides), Console(quiet=True))
+    with pytest.raises(KeyboardInterrupt):
+        killed.train()
+    monkeypatch.setattr(bc.BC, "iterate", original)
+    resumed = Runner.resume(tmp_path / "killed", Console(quiet=True))
+    assert resumed.env_steps == 40  # the checkpoint of iteration 4
+    resumed.train()
+    for name, value in whole.algo.state_dict()["model"].items():
+        assert torch.equal(value, resumed.algo.state_dict()["model"][name]), name
+    for name, value in whole.algo.policy.state_dict().items():
+        assert torch.equal(value, resumed.algo.policy.state_dict()[name]), name
+
+
+def test_bc_refuses_a_dataset_of_another_task(tmp_path, reach_demos):
+    with pytest.raises(ConfigError, match=r"bc.dataset.*arm-reach"):
+        Runner.start(bc_config(tmp_path, reach_demos, sim={"task": "arm-lift-cube", "num_envs": 1}))
+    with pytest.raises(ConfigError, match=r"bc.dataset.*collect"):
+        Runner.start(bc_config(tmp_path, tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="policy_class"):
+        bc_config(tmp_path, reach_demos, algo="ppo")
+
+
+def test_bc_policy_exports_with_its_sampler(tmp_path, reach_demos):
+    config = bc_config(tmp_path, reach_demos, **{"bc.gradient_steps": 20, "bc.steps_per_iteration": 10})
+    runner = Runner.start(config, Console(quiet=True))
+    runner.train()
+    policy = runner.algo.policy
+    path = export(policy, tmp_path / "policy.onnx", "onnx")
+    obs = {"policy": torch.as_tensor(bc.Demonstrations(reach_demos).column(bc.STATE)[:64]).view(32, 2, -1)}
+    assert max_export_error(policy, path, obs) <= 1e-5
+    runner.close()
