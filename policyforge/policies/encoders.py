@@ -1,4 +1,5 @@
 """Observation encoders of the chunked (diffusion / flow) policies: an observation history → one condition vector.
+The state history is normalised and flattened, or encoded by an MLP (`state_features`).
 
     state [B, T_o, D] (normalised inside)  and optionally  image [B, T_o, V, Hi, Wi, 3] uint8
         → cond [B, C]
@@ -16,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from policyforge.config import check
+from policyforge.policies.networks import mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
 
@@ -25,6 +27,9 @@ class EncoderConfig:
 
     normalize_state: bool = True
     """Normalise the state with running statistics (fitted on the demonstrations for BC)."""
+    state_features: int = 0
+    """> 0: encode the normalised state history with an MLP (256 hidden, Mish) to this many features;
+    0: pass it on flattened (the denoiser's conditioning MLP reads it)."""
     image_features: int = 64
     """Features per view and time step from the image CNN (used when the env has image observations)."""
     image_channels: int = 32
@@ -33,6 +38,7 @@ class EncoderConfig:
     """Random-shift augmentation while training: pad by this many pixels and crop back (0: off)."""
 
     def __post_init__(self) -> None:
+        check(self.state_features >= 0, "state_features", f"must be ≥ 0, got {self.state_features}")
         check(self.image_features > 0, "image_features", f"must be > 0, got {self.image_features}")
         check(self.image_channels > 0, "image_channels", f"must be > 0, got {self.image_channels}")
         check(self.random_shift >= 0, "random_shift", f"must be ≥ 0, got {self.random_shift}")
@@ -102,16 +108,20 @@ class ObservationEncoder(nn.Module):
     ):
         super().__init__()
         self.normalizer = RunningNormalizer(state_dim, enabled=config.normalize_state)
+        history_dim = n_obs_steps * state_dim
+        self.state = mlp(history_dim, [256], config.state_features, "mish") if config.state_features else None
         self.image = None
         views = 0
         if image_shape is not None:
             views = image_shape[0]
             self.image = ImageEncoder(config.image_channels, config.image_features, config.random_shift)
-        self.out_dim = n_obs_steps * (state_dim + views * config.image_features)
+        state_out = config.state_features or history_dim
+        self.out_dim = state_out + n_obs_steps * views * config.image_features
 
     def forward(self, state: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
         """state [B, T_o, D], image [B, T_o, V, Hi, Wi, 3] → [B, out_dim]."""
-        parts = [self.normalizer(state).flatten(1)]
+        state = self.normalizer(state).flatten(1)
+        parts = [self.state(state) if self.state is not None else state]
         if self.image is not None:
             if image is None:
                 raise ValueError("this policy reads image observations: pass obs['image'] (sim.image.cameras)")

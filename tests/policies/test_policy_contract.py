@@ -42,7 +42,7 @@ POLICIES = {
     "diffusion_mlp": lambda: diffusion(),
     "diffusion_unet": lambda: diffusion(denoiser=DenoiserConfig(kind="unet", unet_channels=[16, 32], time_dim=16)),
     "diffusion_dppo": lambda: diffusion(frozen_steps=3),
-    "flow_reinflow": lambda: flow(),
+    "flow_reinflow": lambda: flow(encoder=EncoderConfig(state_features=32)),
     "flow_sde": lambda: flow(chain_noise="sde"),
     "shortcut_1": lambda: flow(variant="shortcut", steps=1),
     "shortcut_4": lambda: flow(variant="shortcut", steps=4),
