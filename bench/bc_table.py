@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench/results/bc"))
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=180)
     results: dict[str, dict[str, dict]] = {}
     demo_rates: dict[str, float] = {}
     jobs = [(task, key, []) for task in args.tasks for key in args.keys]

@@ -91,7 +91,7 @@ def main() -> None:
         target = TARGETS_MS.get(key)
         met = "" if target is None else f"≤ {target} ({'met' if row['eager'][0] <= target else 'MISSED'})"
         table.add_row(key, *(f"{v:.3f}" for v in (*row["eager"], *row["onnx"])), met)
-    Console().print(table)
+    Console(width=160).print(table)
     print(
         json.dumps(
             {

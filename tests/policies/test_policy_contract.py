@@ -40,7 +40,9 @@ POLICIES = {
     "gaussian": lambda: gaussian(),
     "gaussian_tanh": lambda: gaussian(squash=True, state_dependent_std=True, init_std=0.5),
     "diffusion_mlp": lambda: diffusion(),
-    "diffusion_unet": lambda: diffusion(denoiser=DenoiserConfig(kind="unet", unet_channels=[16, 32], time_dim=16)),
+    "diffusion_unet": lambda: diffusion(
+        denoiser=DenoiserConfig(kind="unet", unet_channels=[16, 32], time_dim=16), inference_steps=3
+    ),
     "diffusion_dppo": lambda: diffusion(frozen_steps=3),
     "flow_reinflow": lambda: flow(encoder=EncoderConfig(state_features=32)),
     "flow_sde": lambda: flow(chain_noise="sde"),
