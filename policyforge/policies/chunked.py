@@ -124,6 +124,28 @@ class ChunkedPolicy(Policy):
         zeros = cond[:, :1, None].expand(-1, self.chunk_len, self.action_dim) * 0
         return zeros + noise_scale * torch.randn_like(zeros) if noise_scale else zeros
 
+    def step_features(
+        self, conditions: list[torch.Tensor], times: list[float], deltas: list[float]
+    ) -> list[torch.Tensor]:
+        """Every sampling step's denoiser conditioning features [B, F], one batched pass per network (they do not
+        depend on the latent, so the sampling loop only runs `decode`)."""
+        features: list[torch.Tensor] = []
+        frozen = min(self.frozen_steps if self.base is not None else 0, len(times))
+        for first, end in ((0, frozen), (frozen, len(times))):
+            if end <= first:
+                continue
+            n, cond, net = end - first, conditions[first], self.network(first)
+            if n == 1:  # one-step samplers: no stacking
+                t, delta = torch.full_like(cond[:, 0], times[first]), torch.full_like(cond[:, 0], deltas[first])
+                features.append(net.condition(t, delta, cond))
+                continue
+            batch = cond.shape[0]
+            t = cond.new_tensor(times[first:end])[:, None].expand(n, batch).reshape(-1)
+            delta = cond.new_tensor(deltas[first:end])[:, None].expand(n, batch).reshape(-1)
+            stacked = cond[None].expand(n, *cond.shape).reshape(n * batch, cond.shape[1])
+            features += list(net.condition(t, delta, stacked).view(n, batch, -1).unbind(0))
+        return features
+
     def network(self, step: int) -> nn.Module:
         """The denoiser that runs sampling step `step` (0 = first)."""
         return self.base["denoiser"] if self.base is not None and step < self.frozen_steps else self.denoiser

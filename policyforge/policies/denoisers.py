@@ -2,6 +2,7 @@
 diffusion policy or the velocity of a flow policy.
 
     denoiser(x [B, H, A], t [B], delta [B], cond [B, C]) -> [B, H, A]
+    = denoiser.decode(x, denoiser.condition(t, delta, cond))   (samplers hoist `condition` out of their loop)
 
 `t` is the noise level / time in [0, 1] (diffusion: timestep / train_timesteps), `delta` the step size a
 one-step flow is asked to jump (0 for instantaneous velocities and for diffusion).
@@ -98,9 +99,16 @@ class MLPDenoiser(nn.Module):
         self.conditioning = _TimeConditioning(config.time_dim, cond_dim, width)
         self.net = mlp(horizon * action_dim + width, config.hidden, horizon * action_dim, "mish")
 
+    def condition(self, t: torch.Tensor, delta: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """Features [B, F] of (t, delta, cond): independent of x, so samplers compute every step's at once."""
+        return self.conditioning(t, delta, cond)
+
+    def decode(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Output [B, H, A] for x [B, H, A] and `condition` features [B, F]."""
+        return self.net(torch.cat([x.flatten(1), features], dim=-1)).view(-1, self.horizon, self.action_dim)
+
     def forward(self, x: torch.Tensor, t: torch.Tensor, delta: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        features = torch.cat([x.flatten(1), self.conditioning(t, delta, cond)], dim=-1)
-        return self.net(features).view(-1, self.horizon, self.action_dim)
+        return self.decode(x, self.condition(t, delta, cond))
 
 
 class _ConvBlock(nn.Sequential):
@@ -157,8 +165,15 @@ class UNet1DDenoiser(nn.Module):
             )
         self.head = nn.Sequential(_ConvBlock(width, width, kernel, groups), nn.Conv1d(width, action_dim, 1))
 
+    def condition(self, t: torch.Tensor, delta: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """FiLM input [B, F] of (t, delta, cond)."""
+        return self.conditioning(t, delta, cond)
+
     def forward(self, x: torch.Tensor, t: torch.Tensor, delta: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        film = self.conditioning(t, delta, cond)
+        return self.decode(x, self.condition(t, delta, cond))
+
+    def decode(self, x: torch.Tensor, film: torch.Tensor) -> torch.Tensor:
+        """Output [B, H, A] for x [B, H, A] and `condition` features [B, F]."""
         h = x.transpose(1, 2)  # [B, A, H]
         skips = []
         for first, second, downsample in self.down:

@@ -21,6 +21,13 @@ from policyforge.policies.chunked import ChunkConfig, ChunkedPolicy, gaussian_en
 from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.encoders import EncoderConfig
 
+Coefficient = float | torch.Tensor
+"""A schedule coefficient: a float for one step, [B, 1, 1] for a batch of steps."""
+
+
+def _at_least(value: Coefficient, floor: float) -> Coefficient:
+    return value.clamp(min=floor) if isinstance(value, torch.Tensor) else max(value, floor)
+
 
 @dataclasses.dataclass
 class DiffusionConfig:
@@ -86,46 +93,55 @@ class DiffusionPolicy(ChunkedPolicy):
         self.register_buffer("ddim_alpha", alpha.float())
         self.register_buffer("ddim_alpha_prev", alpha_prev.float())
         self.register_buffer("ddim_sigma", sigma.float())
+        # the same as Python floats: the sampling loop's arithmetic on scalars is cheaper at batch 1
+        self._alpha, self._alpha_prev, self._sigma = alpha.tolist(), alpha_prev.tolist(), sigma.tolist()
+        self._t = (timesteps.float() / config.train_timesteps).tolist()
 
     @property
     def steps(self) -> int:
         return self.config.inference_steps
 
+    def coefficients(self, step: int | torch.Tensor) -> tuple[Coefficient, Coefficient, Coefficient]:
+        """ᾱ_k, ᾱ_{k−1} and DDIM's σ at η = 1 of sampling step(s) `step` (0 = first): Python floats for one
+        step (the sampling loop), [B, 1, 1] tensors for steps [B] (rescoring a batch of chains)."""
+        if isinstance(step, int):
+            return self._alpha[step], self._alpha_prev[step], self._sigma[step]
+        return tuple(buffer[step][:, None, None] for buffer in (self.ddim_alpha, self.ddim_alpha_prev, self.ddim_sigma))
+
     def predict(
-        self, step: torch.Tensor, x: torch.Tensor, cond: torch.Tensor, net: torch.nn.Module
+        self, coefficients: tuple[Coefficient, ...], x: torch.Tensor, eps: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Clipped clean-chunk estimate x0 and the ε consistent with it, [B, H, A] each, for latents x_k
-        [B, H, A] at sampling step(s) `step` [B] (0 = first)."""
-        cfg = self.config
-        alpha = self.ddim_alpha[step][:, None, None]
-        t = self.ddim_timesteps[step].float() / cfg.train_timesteps
-        eps = net(x, t, torch.zeros_like(t), cond)
-        x0 = ((x - (1 - alpha).sqrt() * eps) / alpha.sqrt()).clamp(-cfg.x0_clip, cfg.x0_clip)
-        return x0, (x - alpha.sqrt() * x0) / (1 - alpha).sqrt()
+        """Clipped clean-chunk estimate x0 and the ε consistent with it, [B, H, A] each, from latents x_k and the
+        network's ε [B, H, A]."""
+        alpha, clip = coefficients[0], self.config.x0_clip
+        x0 = ((x - (1 - alpha) ** 0.5 * eps) / alpha**0.5).clamp(-clip, clip)
+        return x0, (x - alpha**0.5 * x0) / (1 - alpha) ** 0.5
 
     def moments(
-        self, step: torch.Tensor, x0: torch.Tensor, eps: torch.Tensor, noise_scale: float = 1.0
+        self, coefficients: tuple[Coefficient, ...], x0: torch.Tensor, eps: torch.Tensor, noise_scale: float = 1.0
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std [B, H, A] of the DDIM transition to x_{k−1}; `noise_scale` scales η and the std."""
-        alpha_prev = self.ddim_alpha_prev[step][:, None, None]
-        sigma = noise_scale * self.config.eta * self.ddim_sigma[step][:, None, None]
-        mean = alpha_prev.sqrt() * x0 + (1 - alpha_prev - sigma**2).clamp(min=0).sqrt() * eps
-        return mean, (noise_scale * sigma.clamp(min=self.config.min_std)).expand_as(mean)
+        _, alpha_prev, sigma = coefficients
+        sigma = noise_scale * self.config.eta * sigma
+        mean = alpha_prev**0.5 * x0 + _at_least(1 - alpha_prev - sigma**2, 0.0) ** 0.5 * eps
+        std = noise_scale * _at_least(sigma, self.config.min_std)
+        return mean, std.expand_as(mean) if isinstance(std, torch.Tensor) else torch.full_like(mean, std)
 
     def sample(self, obs: Obs, noise_scale: float = 1.0, score: bool = True) -> Sample:
         conditions = self._conditions(obs, self.steps)
+        features = self.step_features(conditions, self._t, [0.0] * self.steps)
         x = self.initial_latent(conditions[0], noise_scale)
         chain, log_prob = [x], torch.zeros_like(x[:, 0, 0])
         for k in range(self.steps):
-            step = torch.full_like(x[:, 0, 0], k, dtype=torch.long)
-            x0, eps = self.predict(step, x, conditions[k], self.network(k))
-            mean, std = self.moments(step, x0, eps, noise_scale)
+            coefficients = self.coefficients(k)
+            x0, eps = self.predict(coefficients, x, self.network(k).decode(x, features[k]))
+            mean, std = self.moments(coefficients, x0, eps, noise_scale)
             if noise_scale:
                 x_next = mean + std * torch.randn_like(mean).clamp(-self.config.noise_clip, self.config.noise_clip)
             else:
                 x_next = mean
             if score and k >= self.frozen_steps:  # the chain's density is always scored under the nominal (η, σ)
-                nominal = (mean, std) if noise_scale == 1.0 else self.moments(step, x0, eps)
+                nominal = (mean, std) if noise_scale == 1.0 else self.moments(coefficients, x0, eps)
                 log_prob = log_prob + gaussian_log_prob(x_next, *nominal)
             x = x_next
             chain.append(x)
@@ -135,11 +151,13 @@ class DiffusionPolicy(ChunkedPolicy):
         """Log-probability and entropy [B] of the trainable transitions of chains [B, K + 1, H, A]."""
         first, batch = self.frozen_steps, chain.shape[0]
         n = self.steps - first
-        cond = self.encode(obs)
+        cond = self.encode(obs).repeat_interleave(n, dim=0)
         x = chain[:, first:-1].flatten(0, 1)  # [B·n, H, A], step-major inside each sample
         step = torch.arange(first, self.steps).repeat(batch)
-        x0, eps = self.predict(step, x, cond.repeat_interleave(n, dim=0), self.denoiser)
-        mean, std = self.moments(step, x0, eps)
+        t = self.ddim_timesteps[step].float() / self.config.train_timesteps
+        coefficients = self.coefficients(step)
+        x0, eps = self.predict(coefficients, x, self.denoiser(x, t, torch.zeros_like(t), cond))
+        mean, std = self.moments(coefficients, x0, eps)
         target = chain[:, first + 1 :].flatten(0, 1)
         log_prob = gaussian_log_prob(target, mean, std).view(batch, n).sum(-1)
         return log_prob, gaussian_entropy(std).view(batch, n).sum(-1)

@@ -136,12 +136,15 @@ class FlowPolicy(ChunkedPolicy):
 
     def sample(self, obs: Obs, noise_scale: float = 1.0, score: bool = True) -> Sample:
         conditions = self._conditions(obs, self.steps)
+        times = [k / self.steps for k in range(self.steps)]
+        delta = 0.0 if self.config.variant == "rectified" else 1.0 / self.steps
+        features = self.step_features(conditions, times, [delta] * self.steps)
         x = self.initial_latent(conditions[0], noise_scale)
         chain = [x]
         log_prob = gaussian_log_prob(x, torch.zeros_like(x), torch.ones_like(x)) if score else x[:, 0, 0] * 0
         for k in range(self.steps):
             t = torch.full_like(x[:, 0, 0], k / self.steps)
-            velocity = self.velocity(x, t, conditions[k], self.network(k))
+            velocity = self.network(k).decode(x, features[k])
             mean, std = self.moments(x, t, velocity, conditions[k], noise_scale)
             x_next = mean + std * torch.randn_like(mean) if noise_scale else mean
             if score and k >= self.frozen_steps:  # scored under the nominal noise

@@ -22,6 +22,8 @@ def train(tmp_path, recipe: str, *overrides: str) -> Runner:
 
 
 class RandomPolicy(torch.nn.Module):
+    obs_key, chunk_len = "policy", 1
+
     def __init__(self, action_dim):
         super().__init__()
         self.action_dim = action_dim

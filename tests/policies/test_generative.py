@@ -33,14 +33,14 @@ def test_ddim_step_matches_diffusers(eta):
     cond = policy.encode({"policy": torch.randn(8, OBS_DIM)})
     x = torch.randn(8, 4, ACTION_DIM)
     for k, timestep in enumerate(reference.timesteps):
-        step = torch.full((8,), k)
         with torch.no_grad():
-            x0, eps = policy.predict(step, x, cond, policy.denoiser)
-            mean, std = policy.moments(step, x0, eps)
-            output = policy.denoiser(x, step * 0 + timestep / 100, torch.zeros(8), cond)
+            output = policy.denoiser(x, torch.full((8,), timestep / 100), torch.zeros(8), cond)
         noise = torch.randn_like(x)
         expected = reference.step(output, timestep, x, eta=eta, use_clipped_model_output=True, variance_noise=noise)
-        torch.testing.assert_close(mean + std * noise, expected.prev_sample, rtol=1e-4, atol=1e-5)
+        for step in (k, torch.full((8,), k)):  # one step (floats) and a batch of steps (tensors)
+            x0, eps = policy.predict(policy.coefficients(step), x, output)
+            mean, std = policy.moments(policy.coefficients(step), x0, eps)
+            torch.testing.assert_close(mean + std * noise, expected.prev_sample, rtol=1e-4, atol=1e-5)
         x = expected.prev_sample
 
 
@@ -49,11 +49,12 @@ def test_dppo_chain_floors_the_std_and_clips_the_noise():
     policy = diffusion_policy(eta=0.0, min_std=0.1, noise_clip=2.0)
     obs = {"policy": torch.randn(256, OBS_DIM)}
     sample = policy.sample(obs)
-    step = torch.arange(policy.steps)
     for k in range(policy.steps):
+        x = sample.chain[:, k]
+        t = torch.full((256,), policy.ddim_timesteps[k] / 100)
         with torch.no_grad():
-            x0, eps = policy.predict(step[k].repeat(256), sample.chain[:, k], policy.encode(obs), policy.denoiser)
-            mean, std = policy.moments(step[k].repeat(256), x0, eps)
+            x0, eps = policy.predict(policy.coefficients(k), x, policy.denoiser(x, t, t * 0, policy.encode(obs)))
+            mean, std = policy.moments(policy.coefficients(k), x0, eps)
         assert torch.allclose(std, torch.full_like(std, 0.1))  # η = 0: only the floor is left
         z = (sample.chain[:, k + 1] - mean) / std
         assert z.abs().max() <= 2.0 + 1e-4 and z.abs().max() > 1.5
@@ -67,7 +68,13 @@ class _GaussianDataVelocity(nn.Module):
         self.mean, self.var = mean, std**2
 
     def forward(self, x, t, delta, cond):
-        t = t[:, None, None]
+        return self.decode(x, self.condition(t, delta, cond))
+
+    def condition(self, t, delta, cond):
+        return t[:, None]
+
+    def decode(self, x, features):
+        t = features[:, :, None]
         variance = t**2 * self.var + (1 - t) ** 2
         centred = x - t * self.mean
         return self.mean + (t * self.var - (1 - t)) * centred / variance
