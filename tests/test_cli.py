@@ -106,3 +106,31 @@ def test_collect_writes_a_dataset_that_reads_back(tmp_path, capsys):
 def test_collect_errors_name_the_flag(tmp_path, capsys, flags, message):
     assert main(["collect", *flags, "--episodes", "1", "--out", str(tmp_path / "ds")]) == 2
     assert message in capsys.readouterr().out
+
+
+def test_every_recipe_loads():
+    from pathlib import Path
+
+    from policyforge.algos.runner import RunConfig
+    from policyforge.config import load
+
+    recipes = [p for p in sorted(Path("configs").glob("*.yaml")) if p.name != "tour.yaml"]
+    assert len(recipes) >= 6
+    for recipe in recipes:
+        load(RunConfig, recipe)
+
+
+def test_the_bc_recipe_trains_evaluates_films_and_exports(tmp_path, capsys):
+    data = tmp_path / "lift"
+    assert main(["collect", "arm-lift-cube", "--episodes", "2", "--out", str(data), "--envs", "2"]) == 0
+    train = ["train", "configs/arm-lift-cube-flow-bc.yaml", f"bc.dataset={data}", f"out_dir={tmp_path}", "name=bc"]
+    train += ["bc.gradient_steps=40", "bc.steps_per_iteration=20", "runner.eval_envs=2", "runner.eval_every_steps=0"]
+    assert main(train) == 0
+    out = capsys.readouterr().out
+    assert "gradient_steps" in out and "eval/success" in out
+    run = tmp_path / "bc"
+    assert (run / "checkpoints" / "latest.pt").exists() and list((run / "videos").glob("*.mp4"))
+    assert (run / "plots" / "learning_curves.png").exists()
+    assert main(["export", str(run), "--format", "onnx"]) == 0
+    spec = json.loads((run / "export" / "policy.json").read_text())
+    assert spec["chunk_len"] == 8 and spec["n_obs_steps"] == 2 and spec["inputs"]["obs"] == [2, 32]
