@@ -21,11 +21,10 @@ from diffusers.optimization import get_cosine_schedule_with_warmup
 from policyforge.algos.base import Algorithm, StepCallback
 from policyforge.config import ConfigError, check
 from policyforge.data.dataset import Demonstrations
+from policyforge.data.layout import ACTION, STATE
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
 from policyforge.sims.vec_env import VecEnv
-
-STATE, ACTION = "observation.state", "action"
 
 
 @dataclasses.dataclass
