@@ -1,5 +1,6 @@
 """Diffusion and flow samplers against references: diffusers' DDIM step, the Flow-SDE marginals of a known
-flow, the DPPO chain's std floor and noise clip, and ChunkedActor's per-env history and chunk execution."""
+flow, the DPPO chain's std floor and noise clip, ChunkedActor's per-env history and chunk execution, and the
+residual policy's frozen base."""
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from policyforge.policies.chunked import ChunkConfig
 from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policyforge.policies.flow import FlowConfig, FlowPolicy
+from policyforge.policies.residual import ResidualConfig, ResidualPolicy
 from policyforge.policies.rollout import ChunkedActor
 
 OBS_DIM, ACTION_DIM = 5, 2
@@ -146,3 +148,23 @@ def test_chunked_actor_executes_chunks_and_restarts_histories():
     latest = policy.act({"policy": torch.stack([observations[5], observations[6]], dim=1)})
     torch.testing.assert_close(actions[6][1], latest[1, 0])  # env 1: its chunk ran out after 3 actions
     torch.testing.assert_close(actions[6][0], restarted[0, 2])  # env 0 is still on its chunk from step 4
+
+
+def test_residual_starts_as_its_base_and_trains_only_itself():
+    torch.manual_seed(0)
+    base = FlowPolicy(OBS_DIM, ACTION_DIM, FlowConfig(chunk=ChunkConfig(horizon=4, act_steps=2), denoiser=SMALL))
+    policy = ResidualPolicy(base, OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.2))
+    obs = {"policy": torch.randn(64, OBS_DIM)}
+    assert (policy.act(obs) - base.act(obs)).abs().max() < 1e-2
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=1e-2)
+    policy.train()
+    for _ in range(20):
+        sample = policy.sample(obs)
+        loss = -(policy.log_prob(obs, sample.chain.detach())[0] * sample.chain.detach().sum((1, 2))).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert all(torch.equal(before[k], v) for k, v in base.state_dict().items())
+    assert not base.training  # the base stays in eval mode inside a training residual
+    assert (policy.act(obs) - base.act(obs)).abs().max() > 1e-2

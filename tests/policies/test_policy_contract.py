@@ -11,6 +11,7 @@ from policyforge.policies.encoders import EncoderConfig
 from policyforge.policies.export import export, max_export_error
 from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
+from policyforge.policies.residual import ResidualConfig, ResidualPolicy
 
 OBS_DIM, ACTION_DIM, BATCH = 7, 3, 64
 CHUNK = ChunkConfig(n_obs_steps=2, horizon=4, act_steps=2)
@@ -49,6 +50,8 @@ POLICIES = {
     "shortcut_1": lambda: flow(variant="shortcut", steps=1),
     "shortcut_4": lambda: flow(variant="shortcut", steps=4),
     "meanflow_1": lambda: flow(variant="meanflow", steps=1),
+    "residual_diffusion": lambda: ResidualPolicy(diffusion(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3)),
+    "residual_flow": lambda: ResidualPolicy(flow(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3)),
     "flow_image": lambda: flow(image_shape=IMAGE_SHAPE, encoder=EncoderConfig(image_channels=8, image_features=16)),
 }
 
@@ -106,7 +109,8 @@ def test_gradients_reach_trainable_parameters_only(policy):
             assert parameter.grad is None, name
     frozen = {name for name, p in policy.named_parameters() if name.startswith("base.")}
     assert frozen.isdisjoint(trainable)
-    assert bool(frozen) == (getattr(policy, "frozen_steps", 0) > 0)
+    has_frozen_part = getattr(policy, "frozen_steps", 0) > 0 or isinstance(policy, ResidualPolicy)
+    assert bool(frozen) == has_frozen_part
     assert all(not buffer.requires_grad for buffer in policy.buffers())
 
 

@@ -1,0 +1,101 @@
+"""Residual policy (ResiP, Ankile et al. 2024): a Gaussian correction on top of a frozen base policy's chunk.
+
+    action = clip(base.act(obs) + scale · r, −1, 1),   r ~ N(μ_θ(state, base action), σ_θ²)   [B, H, A]
+
+The chain is the residual r [B, H, A]; log_prob is the residual's only (the base is deterministic and frozen),
+so PPO fine-tunes the residual without touching the base. The residual sees the latest state (normalised by
+its own statistics) and the base's whole chunk; its output layer starts near zero, so the combined policy
+starts as the base policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from policyforge.config import check
+from policyforge.policies.base import Obs, Policy, Sample
+from policyforge.policies.chunked import gaussian_entropy, gaussian_log_prob
+from policyforge.policies.networks import Activation, mlp
+from policyforge.policies.normalizer import RunningNormalizer
+
+
+@dataclasses.dataclass
+class ResidualConfig:
+    """The residual network on top of a frozen base policy."""
+
+    hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    """Hidden sizes of the residual's mean network."""
+    activation: Activation = "elu"
+    """Hidden activation."""
+    scale: float = 0.1
+    """Residual actions are multiplied by this before they are added to the base action."""
+    init_std: float = 0.5
+    """Initial std of the residual (before `scale`)."""
+    out_gain: float = 0.001
+    """Init gain of the output layer: near zero, so the policy starts as its base."""
+
+    def __post_init__(self) -> None:
+        check(self.scale > 0, "scale", f"must be > 0, got {self.scale}")
+        check(self.init_std > 0, "init_std", f"must be > 0, got {self.init_std}")
+        check(all(h > 0 for h in self.hidden), "hidden", f"layer sizes must be positive, got {self.hidden}")
+
+
+class ResidualPolicy(Policy):
+    """Frozen `base` (any policy) + trainable Gaussian residual over its chunk."""
+
+    def __init__(self, base: Policy, state_dim: int, config: ResidualConfig):
+        super().__init__()
+        self.base, self.config = base.eval().requires_grad_(False), config
+        self.obs_key, self.action_dim, self.chunk_len = base.obs_key, base.action_dim, base.chunk_len
+        self.act_steps = getattr(base, "act_steps", base.chunk_len)
+        self.n_obs_steps = getattr(base, "n_obs_steps", 0)
+        self.image_shape = getattr(base, "image_shape", None)
+        self.export_tolerance = base.export_tolerance
+        chunk = base.chunk_len * base.action_dim
+        self.normalizer = RunningNormalizer(state_dim)
+        self.net = mlp(state_dim + chunk, config.hidden, chunk, config.activation, out_gain=config.out_gain)
+        self.log_std = nn.Parameter(torch.full((base.action_dim,), math.log(config.init_std)))
+
+    def train(self, mode: bool = True) -> ResidualPolicy:
+        super().train(mode)
+        self.base.eval()  # the base never trains (no dropout / augmentation noise in its actions)
+        return self
+
+    def distribution(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Base action, residual mean and std, [B, H, A] each."""
+        with torch.no_grad():
+            base_action = self.base.act(obs)
+        state = obs[self.obs_key]
+        latest = state[:, -1] if state.dim() == 3 else state
+        mean = self.net(torch.cat([self.normalizer(latest), base_action.flatten(1)], dim=-1)).view_as(base_action)
+        return base_action, mean, self.log_std.exp().expand_as(mean)
+
+    def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
+        base_action, mean, std = self.distribution(obs)
+        residual = mean + noise_scale * std * torch.randn_like(mean) if noise_scale else mean
+        action = (base_action + self.config.scale * residual).clamp(-1.0, 1.0)
+        return Sample(action, residual, gaussian_log_prob(residual, mean, std))
+
+    def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, mean, std = self.distribution(obs)
+        return gaussian_log_prob(chain, mean, std), gaussian_entropy(std)
+
+    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+        """Negative log-likelihood of the residuals that turn the base's chunks into demonstrated ones [B, H, A]."""
+        base_action, mean, std = self.distribution(obs)
+        return -gaussian_log_prob((actions - base_action) / self.config.scale, mean, std).mean()
+
+    def update_normalizer(self, obs: Obs) -> None:
+        state = obs[self.obs_key]
+        self.normalizer.update(state[:, -1] if state.dim() == 3 else state)
+
+    def example_obs(self, batch: int) -> Obs:
+        return self.base.example_obs(batch)
+
+    def export_spec(self) -> dict[str, Any]:
+        return {**self.base.export_spec(), "residual_scale": self.config.scale}
