@@ -22,6 +22,7 @@ from policyforge.config import check
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.critics import ValueFunction
 from policyforge.policies.networks import Activation
+from policyforge.policies.rollout import ObservationHistory
 from policyforge.sims.vec_env import VecEnv
 
 
@@ -81,9 +82,10 @@ class PPO(Algorithm):
     """On-policy PPO for any `Policy`."""
 
     def __init__(self, policy: Policy, critic_obs_dim: int, num_envs: int, config: PPOConfig, total_iterations: int):
-        if policy.chunk_len != 1:
-            raise ValueError(f"PPO executes single actions for now; this policy emits chunks of {policy.chunk_len}")
         self.policy, self.config = policy, config
+        self.act_steps = getattr(policy, "act_steps", policy.chunk_len)
+        """Env steps per decision: the executed part of each action chunk."""
+        self.history = ObservationHistory(policy, num_envs)
         self.critic = ValueFunction(
             critic_obs_dim, config.critic_hidden, config.critic_activation, config.critic_obs_key
         )
@@ -97,10 +99,10 @@ class PPO(Algorithm):
         )
         self.reward_scaler = ReturnScaler(num_envs, config.gamma, enabled=config.scale_rewards)
         self.total_iterations, self.iteration = total_iterations, 0
-        self.obs_keys = {policy.obs_key, config.critic_obs_key}
+        self.critic_keys = {config.critic_obs_key}
 
     def steps_per_iteration(self, env: VecEnv) -> int:
-        return env.num_envs * self.config.rollout_steps
+        return env.num_envs * self.config.rollout_steps * self.act_steps
 
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
         batch, obs = self._collect(env, obs, on_step)
@@ -113,25 +115,40 @@ class PPO(Algorithm):
 
     @torch.no_grad()
     def _collect(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[dict[str, Any], Obs]:
+        """T decisions per env. Each executes the first `act_steps` actions of its chunk; its reward is their
+        discounted sum up to the first episode end (γ^i for the i-th step; time-outs bootstrapped from the true
+        final observation), and GAE then discounts decisions by γ^act_steps."""
         cfg, policy, critic = self.config, self.policy, self.critic
-        stored: dict[str, list] = {"obs": [], "chain": [], "value": [], "reward": [], "done": []}
+        stored: dict[str, list] = {"obs": [], "critic_obs": [], "chain": [], "value": [], "reward": [], "done": []}
         for _ in range(cfg.rollout_steps):
-            sample = policy.sample(obs)
-            value = critic(obs)
-            next_obs, reward, terminated, truncated, info = env.step(sample.action[:, 0])
-            on_step(info)
-            done = terminated | truncated
-            reward = self.reward_scaler(reward, done)
-            if truncated.any():  # bootstrap time-outs from the true last observation
-                final = {k: v[truncated] for k, v in select(info["final_obs"], self.obs_keys).items()}
-                reward = reward.clone()
-                reward[truncated] += cfg.gamma * critic(final)
-            for key, item in zip(stored, (select(obs, self.obs_keys), sample.chain, value, reward, done), strict=True):
+            policy_obs = self.history.push(obs)
+            sample = policy.sample(policy_obs)
+            critic_obs = select(obs, self.critic_keys)
+            value = critic(critic_obs)
+            total, done, discount = torch.zeros_like(value), torch.zeros_like(value, dtype=torch.bool), 1.0
+            for i in range(self.act_steps):
+                next_obs, reward, terminated, truncated, info = env.step(sample.action[:, i])
+                on_step(info)
+                ended = terminated | truncated
+                reward = self.reward_scaler(reward, ended)
+                if truncated.any():  # bootstrap time-outs from the true last observation
+                    final = {k: v[truncated] for k, v in select(info["final_obs"], self.critic_keys).items()}
+                    reward = reward.clone()
+                    reward[truncated] += cfg.gamma * critic(final)
+                total += discount * reward * ~done  # steps after an episode end belong to no decision
+                done |= ended
+                discount *= cfg.gamma
+                self.history.restart(ended)
+                obs = next_obs
+                if i < self.act_steps - 1:
+                    self.history.push(obs)
+            items = (select(policy_obs, set(self.history.keys)), critic_obs, sample.chain, value, total, done)
+            for key, item in zip(stored, items, strict=True):
                 stored[key].append(item)
-            obs = next_obs
-        batch = {key: torch.stack(items) for key, items in stored.items() if key != "obs"}
-        batch["obs"] = {k: torch.stack([o[k] for o in stored["obs"]]) for k in stored["obs"][0]}
-        batch["next_value"] = critic(obs)
+        batch = {key: torch.stack(items) for key, items in stored.items() if key not in ("obs", "critic_obs")}
+        for key in ("obs", "critic_obs"):
+            batch[key] = {k: torch.stack([o[k] for o in stored[key]]) for k in stored[key][0]}
+        batch["next_value"] = critic(select(obs, self.critic_keys))
         return batch, obs
 
     # -- update ------------------------------------------------------------------------------------------
@@ -145,16 +162,18 @@ class PPO(Algorithm):
 
     def _update(self, batch: dict[str, Any]) -> dict[str, float]:
         cfg, policy, critic = self.config, self.policy, self.critic
+        gamma = cfg.gamma**self.act_steps  # per decision
         advantages, returns = gae(
-            batch["reward"], batch["value"], batch["done"], batch["next_value"], cfg.gamma, cfg.gae_lambda
+            batch["reward"], batch["value"], batch["done"], batch["next_value"], gamma, cfg.gae_lambda
         )
         flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731  [T, N, ...] -> [T·N, ...]
         obs = {k: flat(v) for k, v in batch["obs"].items()}
+        critic_obs = {k: flat(v) for k, v in batch["critic_obs"].items()}
         chain, old_value = flat(batch["chain"]), flat(batch["value"])
         advantages, returns = flat(advantages), flat(returns)
         # fold this rollout into the normalisers first, then rescore it, so the first ratio is exactly 1
         policy.update_normalizer(obs)
-        critic.normalizer.update(obs[cfg.critic_obs_key])
+        critic.normalizer.update(critic_obs[cfg.critic_obs_key])
         with torch.no_grad():
             old_log_prob = torch.cat([policy.log_prob(_rows(obs, i), chain[i])[0] for i in _chunks(len(chain), 8192)])
         size = len(chain)
@@ -175,6 +194,7 @@ class PPO(Algorithm):
                 index = order[start : start + minibatch]
                 stats = self._minibatch(
                     _rows(obs, index),
+                    _rows(critic_obs, index),
                     chain[index],
                     old_log_prob[index],
                     advantages[index],
@@ -198,7 +218,9 @@ class PPO(Algorithm):
         )
         return metrics
 
-    def _minibatch(self, obs: Obs, chain, old_log_prob, advantages, returns, old_value) -> dict[str, float]:
+    def _minibatch(
+        self, obs: Obs, critic_obs: Obs, chain, old_log_prob, advantages, returns, old_value
+    ) -> dict[str, float]:
         cfg = self.config
         log_prob, entropy = self.policy.log_prob(obs, chain)
         log_ratio = log_prob - old_log_prob
@@ -208,7 +230,7 @@ class PPO(Algorithm):
         policy_loss = torch.max(
             -advantages * ratio, -advantages * ratio.clamp(1 - cfg.clip_ratio, 1 + cfg.clip_ratio)
         ).mean()
-        value = self.critic(obs)
+        value = self.critic(critic_obs)
         value_loss = (value - returns) ** 2
         if cfg.clip_value is not None:
             clipped = old_value + (value - old_value).clamp(-cfg.clip_value, cfg.clip_value)
@@ -240,6 +262,7 @@ class PPO(Algorithm):
             "optimizer": self.optimizer.state_dict(),
             "reward_scaler": self.reward_scaler.state_dict(),
             "iteration": self.iteration,
+            "history": self.history.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -248,6 +271,7 @@ class PPO(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
         self.reward_scaler.load_state_dict(state["reward_scaler"])
         self.iteration = state["iteration"]
+        self.history.load_state_dict(state["history"])
 
 
 def _rows(obs: Obs, index: Any) -> Obs:

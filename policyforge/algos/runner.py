@@ -91,6 +91,9 @@ class RunConfig:
     """Flow-matching policy (policy_class: flow)."""
     bc: BCConfig = dataclasses.field(default_factory=BCConfig)
     """Behaviour cloning settings (algo: bc)."""
+    init_policy: str = ""
+    """Start from the policy of this run directory (its latest checkpoint) or checkpoint file, e.g. a BC run to
+    fine-tune with PPO; the policy sections must describe the same architecture."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
     """PPO settings (algo: ppo)."""
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
@@ -101,11 +104,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.algo == "sac":
             check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
-        if self.algo != "bc":
+        if self.algo == "sac":
             check(
                 self.policy_class == "gaussian",
                 "policy_class",
-                f"{self.algo} trains Gaussian policies; train a {self.policy_class} policy with algo: bc",
+                f"SAC trains Gaussian policies; train a {self.policy_class} policy with algo: bc or ppo",
             )
 
     @property
@@ -137,7 +140,7 @@ def build(config: RunConfig, env: VecEnv) -> Algorithm:
         return BC(policy, demo_windows(policy, demos, config.bc, cameras), config.bc)
     if config.algo == "sac":
         return SAC(policy, env.obs_shapes, config.sac)
-    steps_per_iteration = env.num_envs * config.ppo.rollout_steps
+    steps_per_iteration = env.num_envs * config.ppo.rollout_steps * getattr(policy, "act_steps", 1)
     iterations = math.ceil(config.runner.total_env_steps / steps_per_iteration)
     critic_dim = env.obs_shapes[config.ppo.critic_obs_key][0]
     return PPO(policy, critic_dim, env.num_envs, config.ppo, iterations)
@@ -161,6 +164,8 @@ class Runner:
             )
         self.obs = self.env.reset(seed=config.seed)
         self.algo = build(config, self.env)
+        if config.init_policy:
+            self.algo.policy.load_state_dict(_initial_policy_weights(config.init_policy))
         self.iteration, self.env_steps, self.wall_time = 0, 0, 0.0
         """env_steps counts the algorithm's step unit: environment steps, or gradient steps for behaviour cloning."""
         self._episodes: dict[str, list[float]] = {"return": [], "success": [], "length": []}
@@ -324,6 +329,13 @@ def load_run(
     policy = build_policy(config, env)
     policy.load_state_dict(checkpoint.load(Path(checkpoint_file) if checkpoint_file else run_dir)["algo"]["policy"])
     return config, policy.eval(), env
+
+
+def _initial_policy_weights(source: str) -> dict[str, torch.Tensor]:
+    path = Path(source)
+    if not path.exists():
+        raise config_io.ConfigError("init_policy", f"{path} does not exist; give a run directory or a checkpoint file")
+    return checkpoint.load(path)["algo"]["policy"]
 
 
 def _seed_everything(seed: int) -> None:

@@ -14,30 +14,64 @@ from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
 
 
+class ObservationHistory:
+    """Each env's last T_o observations, pushed every env step: obs [N, ...] → policy obs [N, T_o, ...].
+
+    Policies without a history axis (T_o = 0) get the observation unchanged. An env marked by `restart` fills
+    its whole history with the next observation pushed (the first of its new episode)."""
+
+    def __init__(self, policy: Policy, num_envs: int):
+        self.length = getattr(policy, "n_obs_steps", 0)
+        self.keys = [policy.obs_key] + ([IMAGE_KEY] if getattr(policy, "image_shape", None) else [])
+        self.stacked: dict[str, torch.Tensor] = {}
+        self.fresh = torch.ones(num_envs, dtype=torch.bool)
+
+    def restart(self, done: torch.Tensor) -> None:
+        """Envs `done` [N] bool start a new episode with the next observation."""
+        self.fresh |= done
+
+    def push(self, obs: Obs) -> Obs:
+        """Add this step's observation; return the policy's view (the history keys only, when it has one)."""
+        if not self.length:
+            return obs
+        for key in self.keys:
+            current = obs[key][:, None]
+            if key not in self.stacked:
+                self.stacked[key] = current.repeat_interleave(self.length, dim=1)
+            else:
+                self.stacked[key] = torch.cat([self.stacked[key][:, 1:], current], dim=1)
+            restart = self.fresh.nonzero()[:, 0]
+            self.stacked[key][restart] = current[restart]  # broadcast over the history axis
+        self.fresh[:] = False
+        return dict(self.stacked)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"fresh": self.fresh.clone(), **{f"stacked.{k}": v.clone() for k, v in self.stacked.items()}}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.fresh = state["fresh"].clone()
+        self.stacked = {k.removeprefix("stacked."): v.clone() for k, v in state.items() if k != "fresh"}
+
+
 class ChunkedActor:
     """obs [N, ...] → action [N, A] for a policy returning chunks [N, H, A]."""
 
     def __init__(self, policy: Policy, num_envs: int, noise_scale: float = 0.0):
         self.policy, self.num_envs, self.noise_scale = policy, num_envs, noise_scale
-        self.history_len = getattr(policy, "n_obs_steps", 0)
-        """T_o; 0 for policies without a history axis (they get obs [N, D])."""
+        self.history = ObservationHistory(policy, num_envs)
         self.act_steps = getattr(policy, "act_steps", policy.chunk_len)
-        self.keys = [policy.obs_key] + ([IMAGE_KEY] if getattr(policy, "image_shape", None) else [])
-        self.history: dict[str, torch.Tensor] = {}
-        self.fresh = torch.ones(num_envs, dtype=torch.bool)
-        """Envs whose history restarts from the next observation."""
         self.chunk: torch.Tensor | None = None
         self.cursor = torch.full((num_envs,), self.act_steps, dtype=torch.long)
         """Index of each env's next action in its chunk; act_steps means "plan again"."""
 
     def episodes_ended(self, done: torch.Tensor) -> None:
         """Envs `done` [N] bool start a new episode with the next observation."""
-        self.fresh |= done
+        self.history.restart(done)
         self.cursor[done] = self.act_steps
 
     @torch.no_grad()
     def __call__(self, obs: Obs) -> torch.Tensor:
-        policy_obs = self._with_history(obs)
+        policy_obs = self.history.push(obs)
         replan = self.cursor >= self.act_steps
         if replan.any():
             ids = replan.nonzero()[:, 0]
@@ -50,17 +84,3 @@ class ChunkedActor:
         action = self.chunk[torch.arange(self.num_envs), self.cursor]
         self.cursor += 1
         return action
-
-    def _with_history(self, obs: Obs) -> Obs:
-        if not self.history_len:
-            return obs
-        for key in self.keys:
-            current = obs[key][:, None]
-            if key not in self.history:
-                self.history[key] = current.repeat_interleave(self.history_len, dim=1)
-            else:
-                self.history[key] = torch.cat([self.history[key][:, 1:], current], dim=1)
-            restart = self.fresh.nonzero()[:, 0]
-            self.history[key][restart] = current[restart]  # broadcast over the history axis
-        self.fresh[:] = False
-        return dict(self.history)

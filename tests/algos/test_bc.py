@@ -90,7 +90,7 @@ def test_bc_refuses_a_dataset_of_another_task(tmp_path, reach_demos):
     with pytest.raises(ConfigError, match=r"bc.dataset.*collect"):
         Runner.start(bc_config(tmp_path, tmp_path / "missing"))
     with pytest.raises(ConfigError, match="policy_class"):
-        bc_config(tmp_path, reach_demos, algo="ppo")
+        bc_config(tmp_path, reach_demos, algo="sac", policy={"squash": True})
 
 
 def test_bc_policy_exports_with_its_sampler(tmp_path, reach_demos):
