@@ -66,6 +66,10 @@ class PPOConfig:
     """Hidden sizes of the value network."""
     critic_activation: Activation = "elu"
     """Activation of the value network."""
+    update_policy_normalizer: bool | None = None
+    """Fold rollout observations into the policy's observation normaliser. null: yes, unless the run fine-tunes a
+    pre-trained policy (init_policy), whose inputs must keep the scale it was trained with (updating them took a
+    BC flow policy on arm-lift-cube from 82% to 0% success within 13 iterations; frozen, PPO raised it to 94%)."""
     critic_obs_key: str = "critic"
     """Observation the value function reads (`critic`: privileged state; `policy`: symmetric)."""
 
@@ -172,7 +176,8 @@ class PPO(Algorithm):
         chain, old_value = flat(batch["chain"]), flat(batch["value"])
         advantages, returns = flat(advantages), flat(returns)
         # fold this rollout into the normalisers first, then rescore it, so the first ratio is exactly 1
-        policy.update_normalizer(obs)
+        if cfg.update_policy_normalizer is not False:  # null outside a runner: yes
+            policy.update_normalizer(obs)
         critic.normalizer.update(critic_obs[cfg.critic_obs_key])
         with torch.no_grad():
             old_log_prob = torch.cat([policy.log_prob(_rows(obs, i), chain[i])[0] for i in _chunks(len(chain), 8192)])

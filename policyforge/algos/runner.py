@@ -104,6 +104,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.algo == "sac":
             check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
+        if self.ppo.update_policy_normalizer is None:
+            self.ppo.update_policy_normalizer = not self.init_policy
         if self.algo == "sac":
             check(
                 self.policy_class == "gaussian",

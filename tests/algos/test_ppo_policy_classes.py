@@ -84,3 +84,12 @@ def test_a_decision_earns_the_discounted_rewards_of_its_executed_steps(tmp_path)
     torch.testing.assert_close(batch["reward"][2], rewards[4] + 0.9 * final_value)  # step 5 is the next episode's
     assert batch["done"][2].all() and not batch["done"][[0, 1, 3]].any()
     runner.close()
+
+
+def test_fine_tuning_keeps_the_pre_trained_normaliser(tmp_path):
+    settings = {"out_dir": str(tmp_path), "sim": {"task": "pendulum-swingup", "num_envs": 8}, **CLASSES["gaussian"]}
+    assert from_dict(RunConfig, settings).ppo.update_policy_normalizer is True
+    tuned = from_dict(RunConfig, {**settings, "init_policy": "runs/somewhere"})
+    assert tuned.ppo.update_policy_normalizer is False
+    forced = from_dict(RunConfig, {**settings, "init_policy": "x", "ppo": {"update_policy_normalizer": True}})
+    assert forced.ppo.update_policy_normalizer is True
