@@ -66,6 +66,9 @@ class PPOConfig:
     """Hidden sizes of the value network."""
     critic_activation: Activation = "elu"
     """Activation of the value network."""
+    critic_warmup_iterations: int = 0
+    """Iterations at the start that train only the value function (fine-tuning a pre-trained policy with a
+    critic that starts from scratch)."""
     update_policy_normalizer: bool | None = None
     """Fold rollout observations into the policy's observation normaliser. null: yes, unless the run fine-tunes a
     pre-trained policy (init_policy), whose inputs must keep the scale it was trained with (updating them took a
@@ -79,6 +82,11 @@ class PPOConfig:
         check(0 < self.gamma <= 1, "gamma", f"must be in (0, 1], got {self.gamma}")
         check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1], got {self.gae_lambda}")
         check(self.clip_ratio > 0, "clip_ratio", f"must be > 0, got {self.clip_ratio}")
+        check(
+            self.critic_warmup_iterations >= 0,
+            "critic_warmup_iterations",
+            f"must be ≥ 0, got {self.critic_warmup_iterations}",
+        )
         check(self.actor_lr > 0 and self.critic_lr > 0, "actor_lr", "learning rates must be > 0")
 
 
@@ -241,7 +249,9 @@ class PPO(Algorithm):
             clipped = old_value + (value - old_value).clamp(-cfg.clip_value, cfg.clip_value)
             value_loss = torch.max(value_loss, (clipped - returns) ** 2)
         value_loss = 0.5 * value_loss.mean()
-        loss = policy_loss - cfg.entropy_coef * entropy.mean() + cfg.value_coef * value_loss
+        loss = cfg.value_coef * value_loss
+        if self.iteration >= cfg.critic_warmup_iterations:  # no policy gradient at all while the critic warms up
+            loss = loss + policy_loss - cfg.entropy_coef * entropy.mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)

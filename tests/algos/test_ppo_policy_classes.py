@@ -93,3 +93,24 @@ def test_fine_tuning_keeps_the_pre_trained_normaliser(tmp_path):
     assert tuned.ppo.update_policy_normalizer is False
     forced = from_dict(RunConfig, {**settings, "init_policy": "x", "ppo": {"update_policy_normalizer": True}})
     assert forced.ppo.update_policy_normalizer is True
+
+
+def test_critic_warm_up_leaves_the_policy_alone(tmp_path):
+    settings = {
+        "name": "warmup",
+        "out_dir": str(tmp_path),
+        "sim": {"task": "pendulum-swingup", "num_envs": 8},
+        "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2, "critic_warmup_iterations": 2},
+        **CLASSES["flow_reinflow"],
+    }
+    runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
+    policy, critic = runner.algo.policy, runner.algo.critic
+    weights = lambda module: {k: v.clone() for k, v in module.state_dict().items() if "normalizer" not in k}  # noqa: E731
+    policy_start, critic_start = weights(policy), weights(critic)
+    for _ in range(2):
+        runner.obs, _ = runner.algo.iterate(runner.env, runner.obs, lambda info: None)
+    assert all(torch.equal(v, policy_start[k]) for k, v in weights(policy).items())
+    assert not all(torch.equal(v, critic_start[k]) for k, v in weights(critic).items())
+    runner.obs, _ = runner.algo.iterate(runner.env, runner.obs, lambda info: None)
+    assert not all(torch.equal(v, policy_start[k]) for k, v in weights(policy).items())
+    runner.close()
