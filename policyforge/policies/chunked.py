@@ -92,7 +92,11 @@ class ChunkedPolicy(Policy):
     def freeze_early_steps(self, frozen_steps: int) -> None:
         """Run the first `frozen_steps` sampling steps with a frozen copy of the current networks; only the later
         steps stay trainable (DPPO fine-tunes the last K' denoising steps)."""
-        check(frozen_steps >= 0, "frozen_steps", f"must be ≥ 0, got {frozen_steps}")
+        check(
+            0 <= frozen_steps < self.steps,
+            "frozen_steps",
+            f"must be in [0, {self.steps}) (at least the last sampling step trains), got {frozen_steps}",
+        )
         self.frozen_steps = frozen_steps
         self.base = None
         if frozen_steps:
@@ -145,6 +149,18 @@ class ChunkedPolicy(Policy):
             stacked = cond[None].expand(n, *cond.shape).reshape(n * batch, cond.shape[1])
             features += list(net.condition(t, delta, stacked).view(n, batch, -1).unbind(0))
         return features
+
+    def trainable_transitions(
+        self, obs: Obs, chain: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The transitions x_k → x_{k+1} of chains [B, K + 1, H, A] that log_prob scores (the unfrozen steps),
+        flattened for one batched network pass: steps [B·n], x_k and x_{k+1} [B·n, H, A], conditions [B·n, C];
+        sample-major, so `.view(B, n)` regroups per chain."""
+        first, batch = self.frozen_steps, chain.shape[0]
+        n = self.steps - first
+        steps = torch.arange(first, self.steps).repeat(batch)
+        cond = self.encode(obs).repeat_interleave(n, dim=0)
+        return steps, chain[:, first:-1].flatten(0, 1), chain[:, first + 1 :].flatten(0, 1), cond
 
     def network(self, step: int) -> nn.Module:
         """The denoiser that runs sampling step `step` (0 = first)."""

@@ -149,18 +149,15 @@ class DiffusionPolicy(ChunkedPolicy):
 
     def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability and entropy [B] of the trainable transitions of chains [B, K + 1, H, A]."""
-        first, batch = self.frozen_steps, chain.shape[0]
-        n = self.steps - first
-        cond = self.encode(obs).repeat_interleave(n, dim=0)
-        x = chain[:, first:-1].flatten(0, 1)  # [B·n, H, A], step-major inside each sample
-        step = torch.arange(first, self.steps).repeat(batch)
+        step, x, target, cond = self.trainable_transitions(obs, chain)
         t = self.ddim_timesteps[step].float() / self.config.train_timesteps
         coefficients = self.coefficients(step)
         x0, eps = self.predict(coefficients, x, self.denoiser(x, t, torch.zeros_like(t), cond))
         mean, std = self.moments(coefficients, x0, eps)
-        target = chain[:, first + 1 :].flatten(0, 1)
-        log_prob = gaussian_log_prob(target, mean, std).view(batch, n).sum(-1)
-        return log_prob, gaussian_entropy(std).view(batch, n).sum(-1)
+        batch = chain.shape[0]
+        return gaussian_log_prob(target, mean, std).view(batch, -1).sum(-1), gaussian_entropy(std).view(batch, -1).sum(
+            -1
+        )
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """DDPM ε-prediction loss of demonstrated chunks [B, H, A]."""

@@ -156,16 +156,14 @@ class FlowPolicy(ChunkedPolicy):
 
     def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability and entropy [B] of chains [B, K + 1, H, A] (trainable steps and the start)."""
-        first, batch = self.frozen_steps, chain.shape[0]
-        n = self.steps - first
-        cond = self.encode(obs).repeat_interleave(n, dim=0)
-        x = chain[:, first:-1].flatten(0, 1)
-        t = (torch.arange(first, self.steps, dtype=torch.float32) / self.steps).repeat(batch)
+        step, x, target, cond = self.trainable_transitions(obs, chain)
+        t = step.float() / self.steps
         mean, std = self.moments(x, t, self.velocity(x, t, cond, self.denoiser), cond)
-        log_prob = gaussian_log_prob(chain[:, first + 1 :].flatten(0, 1), mean, std).view(batch, n).sum(-1)
+        batch = chain.shape[0]
+        log_prob = gaussian_log_prob(target, mean, std).view(batch, -1).sum(-1)
         start = chain[:, 0]
         log_prob = log_prob + gaussian_log_prob(start, torch.zeros_like(start), torch.ones_like(start))
-        return log_prob, gaussian_entropy(std).view(batch, n).sum(-1)
+        return log_prob, gaussian_entropy(std).view(batch, -1).sum(-1)
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """Flow-matching loss of demonstrated chunks [B, H, A] (+ shortcut self-consistency / MeanFlow identity)."""
