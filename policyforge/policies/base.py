@@ -1,11 +1,15 @@
 """The policy contract every policy class implements, so that one PPO (and every other algorithm) serves all.
 
     sample(obs) -> Sample                 action [B, H, A], the stochastic chain that produced it, log-prob [B]
-    log_prob(obs, chain) -> (lp, ent)     rescore a stored chain under the current parameters: [B], [B]
+    step_log_probs(obs, chain)            rescore a stored chain under the current parameters, per trainable
+        -> (elements, entropy)            stochastic step and action element: [B, n, H, A], and entropy [B]
+    log_prob(obs, chain) -> (lp, ent)     the same summed over steps and elements: [B], [B]
     act(obs) -> action [B, H, A]          the deterministic path: the same code as `sample` with noise off
     bc_loss(obs, actions [B, H, A])       the model's own supervised loss
 
-H is the action-chunk length (1 for single actions); actions are in [-1, 1]. Observations are the VecEnv's
+H is the action-chunk length (1 for single actions); actions are in [-1, 1]. The chain is a tensor or a dict of
+tensors, batch first. Per-step, per-element log-densities let PPO score only the executed part of a chunk and
+give each denoising step its own ratio (DPPO). Observations are the VecEnv's
 dict; a policy reads `obs[policy.obs_key]` and normalises it inside itself, so exported graphs carry the
 normaliser.
 """
@@ -20,6 +24,8 @@ import torch
 from torch import nn
 
 Obs = dict[str, torch.Tensor]
+Chain = torch.Tensor | dict[str, torch.Tensor]
+"""A policy's stochastic chain: a tensor or a dict of tensors, batch first."""
 
 
 @dataclasses.dataclass
@@ -28,7 +34,7 @@ class Sample:
 
     action: torch.Tensor
     """[B, H, A] in [-1, 1]."""
-    chain: torch.Tensor
+    chain: Chain
     """The stochastic latents that produced the action (policy-specific shape, batch first)."""
     log_prob: torch.Tensor
     """[B] log-probability of the chain under the policy that sampled it."""
@@ -51,8 +57,15 @@ class Policy(nn.Module, abc.ABC):
         """Draw actions; `noise_scale=0` is the deterministic path used by `act`."""
 
     @abc.abstractmethod
-    def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability [B] and entropy (or an estimate) [B] of stored chains under current parameters."""
+    def step_log_probs(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-densities [B, n, H, A] of the n trainable stochastic steps of stored chains, per action element,
+        under the current parameters, and the entropy (or an estimate) [B]. Terms that do not depend on the
+        parameters (a flow's N(0, I) start) are left out, here and in `Sample.log_prob`."""
+
+    def log_prob(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability [B] and entropy [B] of stored chains under the current parameters."""
+        elements, entropy = self.step_log_probs(obs, chain)
+        return elements.sum((1, 2, 3)), entropy
 
     def act(self, obs: Obs) -> torch.Tensor:
         """Deterministic actions [B, H, A]: `sample` with the noise switched off."""

@@ -48,9 +48,14 @@ class ChunkConfig:
         )
 
 
+def gaussian_log_density(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Per-element log-density of a diagonal Gaussian, the shape of `x`."""
+    return -0.5 * ((x - mean) / std) ** 2 - std.log() - _HALF_LOG_2PI
+
+
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """Diagonal Gaussian log-density summed over every axis but the first: [B, ...] → [B]."""
-    return (-0.5 * ((x - mean) / std) ** 2 - std.log() - _HALF_LOG_2PI).flatten(1).sum(-1)
+    return gaussian_log_density(x, mean, std).flatten(1).sum(-1)
 
 
 def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,13 @@ from diffusers import DDIMScheduler, DDPMScheduler
 
 from policyforge.config import check
 from policyforge.policies.base import Obs, Sample
-from policyforge.policies.chunked import ChunkConfig, ChunkedPolicy, gaussian_entropy, gaussian_log_prob
+from policyforge.policies.chunked import (
+    ChunkConfig,
+    ChunkedPolicy,
+    gaussian_entropy,
+    gaussian_log_density,
+    gaussian_log_prob,
+)
 from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.encoders import EncoderConfig
 
@@ -147,17 +153,16 @@ class DiffusionPolicy(ChunkedPolicy):
             chain.append(x)
         return Sample(x.clamp(-1.0, 1.0), torch.stack(chain, dim=1), log_prob)
 
-    def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability and entropy [B] of the trainable transitions of chains [B, K + 1, H, A]."""
+    def step_log_probs(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-densities [B, n, H, A] of the n trainable transitions of chains [B, K + 1, H, A], entropy [B]."""
         step, x, target, cond = self.trainable_transitions(obs, chain)
         t = self.ddim_timesteps[step].float() / self.config.train_timesteps
         coefficients = self.coefficients(step)
         x0, eps = self.predict(coefficients, x, self.denoiser(x, t, torch.zeros_like(t), cond))
         mean, std = self.moments(coefficients, x0, eps)
         batch = chain.shape[0]
-        return gaussian_log_prob(target, mean, std).view(batch, -1).sum(-1), gaussian_entropy(std).view(batch, -1).sum(
-            -1
-        )
+        elements = gaussian_log_density(target, mean, std).view(batch, -1, *target.shape[1:])
+        return elements, gaussian_entropy(std).view(batch, -1).sum(-1)
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """DDPM ε-prediction loss of demonstrated chunks [B, H, A]."""

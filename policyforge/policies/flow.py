@@ -6,11 +6,15 @@ f(x_t, t, Δ, cond) is the instantaneous velocity at Δ = 0 and, for shortcut / 
 over [t, t + Δ]. Sampling takes K steps of Δ = 1/K.
 
 The RL chain is the integration path x_0 … x_K, chain [B, K + 1, H, A], made stochastic in one of two ways,
-both with exact log-probabilities (sum of the Gaussian transitions plus the N(0, I) start):
+both with exact log-probabilities (sum of the Gaussian transitions; x_0's N(0, I) density does not depend on θ
+and is left out):
 - `reinflow` (ReinFlow, Zhang et al. 2025): x_{k+1} = x_k + f·Δ + σ_θ·ε with σ_θ(x_k, t, obs) from a learnable
   noise network bounded to `noise_std_range`.
 - `sde` (Flow-GRPO / πRL): the ODE→SDE conversion with the same marginals, σ_s = a·sqrt(s / (1 − s)) at noise
   level s = 1 − t (the first step uses the next grid level, where σ would be infinite).
+With `stochastic_steps: one` (Flow-GRPO-Fast / πRL's single noisy step) each chain takes one uniformly drawn
+trainable step stochastically and follows the ODE elsewhere; its chain is then {"path": [B, K + 1, H, A],
+"step": [B]} and only that step is scored.
 `noise_scale` scales the injected noise (and a); at 0 the path is the deterministic ODE from x_0 = 0 (`act`).
 """
 
@@ -24,8 +28,14 @@ import torch
 from torch import nn
 
 from policyforge.config import check
-from policyforge.policies.base import Obs, Sample
-from policyforge.policies.chunked import ChunkConfig, ChunkedPolicy, gaussian_entropy, gaussian_log_prob
+from policyforge.policies.base import Chain, Obs, Sample
+from policyforge.policies.chunked import (
+    ChunkConfig,
+    ChunkedPolicy,
+    gaussian_entropy,
+    gaussian_log_density,
+    gaussian_log_prob,
+)
 from policyforge.policies.denoisers import DenoiserConfig, SinusoidalEmbedding
 from policyforge.policies.encoders import EncoderConfig
 from policyforge.policies.networks import mlp
@@ -55,6 +65,9 @@ class FlowConfig:
     """Hidden sizes of the ReinFlow noise network."""
     sde_noise_level: float = 0.5
     """a in σ_s = a·sqrt(s / (1 − s)) (chain_noise: sde)."""
+    stochastic_steps: Literal["all", "one"] = "all"
+    """Inject noise at every trainable step, or at `one` random step per chain (ODE elsewhere): one step's
+    log-probability is a lower-variance policy-gradient signal and cheaper to rescore."""
     consistency_fraction: float = 0.25
     """Fraction of each batch trained on big steps (shortcut self-consistency, MeanFlow Δ > 0); the rest on
     instantaneous flow matching."""
@@ -140,30 +153,41 @@ class FlowPolicy(ChunkedPolicy):
         delta = 0.0 if self.config.variant == "rectified" else 1.0 / self.steps
         features = self.step_features(conditions, times, [delta] * self.steps)
         x = self.initial_latent(conditions[0], noise_scale)
-        chain = [x]
-        log_prob = gaussian_log_prob(x, torch.zeros_like(x), torch.ones_like(x)) if score else x[:, 0, 0] * 0
+        one_step = self.config.stochastic_steps == "one"
+        chosen = torch.randint(self.frozen_steps, self.steps, x.shape[:1], device=x.device) if one_step else None
+        chain, log_prob = [x], x[:, 0, 0] * 0
         for k in range(self.steps):
             t = torch.full_like(x[:, 0, 0], k / self.steps)
             velocity = self.network(k).decode(x, features[k])
             mean, std = self.moments(x, t, velocity, conditions[k], noise_scale)
+            if chosen is not None:  # the other chains take the plain ODE step here
+                noisy = (chosen == k)[:, None, None]
+                mean, std = torch.where(noisy, mean, x + velocity * (1.0 / self.steps)), std * noisy
             x_next = mean + std * torch.randn_like(mean) if noise_scale else mean
             if score and k >= self.frozen_steps:  # scored under the nominal noise
-                nominal = (mean, std) if noise_scale == 1.0 else self.moments(x, t, velocity, conditions[k])
-                log_prob = log_prob + gaussian_log_prob(x_next, *nominal)
+                unmasked = noise_scale == 1.0 and chosen is None
+                nominal = (mean, std) if unmasked else self.moments(x, t, velocity, conditions[k])
+                step_log_prob = gaussian_log_prob(x_next, *nominal)
+                log_prob = log_prob + (step_log_prob if chosen is None else step_log_prob * (chosen == k))
             x = x_next
             chain.append(x)
-        return Sample(x.clamp(-1.0, 1.0), torch.stack(chain, dim=1), log_prob)
+        path = torch.stack(chain, dim=1)
+        return Sample(x.clamp(-1.0, 1.0), path if chosen is None else {"path": path, "step": chosen}, log_prob)
 
-    def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability and entropy [B] of chains [B, K + 1, H, A] (trainable steps and the start)."""
-        step, x, target, cond = self.trainable_transitions(obs, chain)
+    def step_log_probs(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-densities [B, n, H, A] of the trainable transitions of chains [B, K + 1, H, A] (n = 1, the noisy
+        step, for `stochastic_steps: one` chains), and the entropy [B]."""
+        if isinstance(chain, dict):
+            path, step = chain["path"], chain["step"]
+            rows = torch.arange(len(step), device=step.device)
+            x, target, cond = path[rows, step], path[rows, step + 1], self.encode(obs)
+        else:
+            step, x, target, cond = self.trainable_transitions(obs, chain)
         t = step.float() / self.steps
         mean, std = self.moments(x, t, self.velocity(x, t, cond, self.denoiser), cond)
-        batch = chain.shape[0]
-        log_prob = gaussian_log_prob(target, mean, std).view(batch, -1).sum(-1)
-        start = chain[:, 0]
-        log_prob = log_prob + gaussian_log_prob(start, torch.zeros_like(start), torch.ones_like(start))
-        return log_prob, gaussian_entropy(std).view(batch, -1).sum(-1)
+        batch = len(obs[self.obs_key])
+        elements = gaussian_log_density(target, mean, std).view(batch, -1, *target.shape[1:])
+        return elements, gaussian_entropy(std).view(batch, -1).sum(-1)
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """Flow-matching loss of demonstrated chunks [B, H, A] (+ shortcut self-consistency / MeanFlow identity)."""

@@ -74,18 +74,19 @@ class GaussianPolicy(Policy):
     def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
         mean, std = self.distribution(obs)
         chain = mean + noise_scale * std * torch.randn_like(mean) if noise_scale else mean
-        return Sample(self._squash(chain), chain, self._log_prob(chain, mean, std))
+        return Sample(self._squash(chain), chain, self._log_density(chain, mean, std).sum((-2, -1)))
 
-    def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def step_log_probs(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One stochastic step: log-densities [B, 1, 1, A] of chains [B, 1, A]."""
         mean, std = self.distribution(obs)
         entropy = (0.5 + _HALF_LOG_2PI + std.log()).sum(dim=(-2, -1))
-        return self._log_prob(chain, mean, std), entropy
+        return self._log_density(chain, mean, std)[:, None], entropy
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """Negative log-likelihood of demonstrated actions [B, 1, A]."""
         chain = torch.atanh(actions.clamp(-0.999, 0.999)) if self.config.squash else actions
         mean, std = self.distribution(obs)
-        return -self._log_prob(chain, mean, std).mean()
+        return -self._log_density(chain, mean, std).sum((-2, -1)).mean()
 
     def example_obs(self, batch: int) -> Obs:
         return {self.obs_key: torch.zeros(batch, self.normalizer.mean.shape[0])}
@@ -96,9 +97,10 @@ class GaussianPolicy(Policy):
     def _squash(self, chain: torch.Tensor) -> torch.Tensor:
         return torch.tanh(chain) if self.config.squash else chain.clamp(-1.0, 1.0)
 
-    def _log_prob(self, chain: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        log_prob = (-0.5 * ((chain - mean) / std) ** 2 - std.log() - _HALF_LOG_2PI).sum(dim=(-2, -1))
+    def _log_density(self, chain: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """Per-element log-density [B, 1, A] of the action (tanh's Jacobian included when squashing)."""
+        log_prob = -0.5 * ((chain - mean) / std) ** 2 - std.log() - _HALF_LOG_2PI
         if self.config.squash:
             # log |d tanh(u)/du| = 2 (log 2 − u − softplus(−2u)), stable for large |u| (SAC, appendix C)
-            log_prob = log_prob - (2 * (math.log(2) - chain - nn.functional.softplus(-2 * chain))).sum(dim=(-2, -1))
+            log_prob = log_prob - 2 * (math.log(2) - chain - nn.functional.softplus(-2 * chain))
         return log_prob

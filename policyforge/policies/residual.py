@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from policyforge.config import check
 from policyforge.policies.base import Obs, Policy, Sample
-from policyforge.policies.chunked import gaussian_entropy, gaussian_log_prob
+from policyforge.policies.chunked import gaussian_entropy, gaussian_log_density, gaussian_log_prob
 from policyforge.policies.networks import Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
@@ -28,6 +28,9 @@ from policyforge.policies.normalizer import RunningNormalizer
 class ResidualConfig:
     """The residual network on top of a frozen base policy."""
 
+    base_class: Literal["gaussian", "diffusion", "flow"] = "diffusion"
+    """Class of the frozen base policy (in a run config, its own section describes it and `init_policy` gives
+    its weights)."""
     hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
     """Hidden sizes of the residual's mean network."""
     activation: Activation = "elu"
@@ -81,9 +84,10 @@ class ResidualPolicy(Policy):
         action = (base_action + self.config.scale * residual).clamp(-1.0, 1.0)
         return Sample(action, residual, gaussian_log_prob(residual, mean, std))
 
-    def log_prob(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def step_log_probs(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One stochastic step: log-densities [B, 1, H, A] of residuals [B, H, A]."""
         _, mean, std = self.distribution(obs)
-        return gaussian_log_prob(chain, mean, std), gaussian_entropy(std)
+        return gaussian_log_density(chain, mean, std)[:, None], gaussian_entropy(std)
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """Negative log-likelihood of the residuals that turn the base's chunks into demonstrated ones [B, H, A]."""

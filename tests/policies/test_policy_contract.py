@@ -47,6 +47,7 @@ POLICIES = {
     "diffusion_dppo": lambda: diffusion(frozen_steps=3),
     "flow_reinflow": lambda: flow(encoder=EncoderConfig(state_features=32)),
     "flow_sde": lambda: flow(chain_noise="sde"),
+    "flow_sde_one_step": lambda: flow(chain_noise="sde", stochastic_steps="one"),
     "shortcut_1": lambda: flow(variant="shortcut", steps=1),
     "shortcut_4": lambda: flow(variant="shortcut", steps=4),
     "meanflow_1": lambda: flow(variant="meanflow", steps=1),
@@ -92,14 +93,33 @@ def test_log_prob_rescores_the_sampled_chain(policy):
     torch.testing.assert_close(log_prob, sample.log_prob, rtol=1e-5, atol=1e-3)
     assert log_prob.shape == entropy.shape == (BATCH,) and torch.isfinite(log_prob).all()
     assert torch.isfinite(entropy).all()
-    other = policy.log_prob(obs, sample.chain + 0.05 * torch.randn_like(sample.chain))[0]
+    other = policy.log_prob(obs, _map(lambda x: x + 0.05 * torch.randn_like(x), sample.chain))[0]
     assert not torch.allclose(other, log_prob)  # the rescoring depends on the chain
+
+
+def test_step_log_probs_split_the_chain_per_step_and_element(policy):
+    obs = observations(policy)
+    policy.eval()  # image augmentation off
+    sample = policy.sample(obs)
+    elements, _ = policy.step_log_probs(obs, sample.chain)
+    steps = policy.steps - getattr(policy, "frozen_steps", 0) if hasattr(policy, "steps") else 1
+    if isinstance(sample.chain, dict):
+        steps = 1  # one noisy step per chain
+    assert elements.shape == (BATCH, steps, policy.chunk_len, ACTION_DIM)
+    torch.testing.assert_close(elements.sum((1, 2, 3)), sample.log_prob, rtol=1e-5, atol=1e-3)
+
+
+def _map(fn, chain):
+    """Apply fn to the chain's float tensors (a dict chain's step indices stay as they are)."""
+    if isinstance(chain, dict):
+        return {k: fn(v) if v.is_floating_point() else v for k, v in chain.items()}
+    return fn(chain)
 
 
 def test_gradients_reach_trainable_parameters_only(policy):
     obs = observations(policy)
     sample = policy.sample(obs)
-    log_prob, _ = policy.log_prob(obs, sample.chain.detach())
+    log_prob, _ = policy.log_prob(obs, _map(torch.Tensor.detach, sample.chain))
     log_prob.sum().backward()
     trainable = {name for name, p in policy.named_parameters() if p.requires_grad}
     for name, parameter in policy.named_parameters():
