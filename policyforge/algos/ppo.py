@@ -5,21 +5,28 @@ stored chain during the update; nothing here knows which policy class it trains.
 value loss, target-KL early stopping, observation normalisation inside the networks, return scaling, an
 asymmetric critic on the privileged observation, and bootstrapping of time-outs from the true final
 observation.
+
+What distinguishes the fine-tuning methods is the policy's chain plus a few options here: `ratio: per_step` with
+`denoising_discount`, `clip_ratio_first` and `log_prob_clamp` is DPPO; a whole-chain ratio with `entropy_coef`
+is ReinFlow (and Flow-SDE, whose `advantage: grpo` is Flow-GRPO / πRL); `bc_coef` keeps any of them near the
+policy it started from. The ratio always covers only the executed actions of each chunk.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any
+import math
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from policyforge.algos.base import Algorithm, StepCallback, select
-from policyforge.algos.gae import gae
+from policyforge.algos.gae import gae, group_relative_advantages
 from policyforge.algos.normalization import ReturnScaler
 from policyforge.config import check
-from policyforge.policies.base import Obs, Policy
+from policyforge.policies.base import Chain, Obs, Policy
 from policyforge.policies.critics import ValueFunction
 from policyforge.policies.networks import Activation
 from policyforge.policies.rollout import ObservationHistory
@@ -75,6 +82,30 @@ class PPOConfig:
     BC flow policy on arm-lift-cube from 82% to 0% success within 13 iterations; frozen, PPO raised it to 94%)."""
     critic_obs_key: str = "critic"
     """Observation the value function reads (`critic`: privileged state; `policy`: symmetric)."""
+    trainable_steps: int | None = None
+    """Fine-tune only the last this many sampling steps of a diffusion or flow policy (DPPO's K'); the earlier
+    ones run on a frozen copy of the policy it started from. null: every step."""
+    ratio: Literal["chain", "per_step"] = "chain"
+    """`chain`: one ratio per decision from the whole chain's log-probability (Gaussian, ReinFlow, Flow-SDE,
+    residual); `per_step`: one ratio per trainable denoising step, from that step's mean per-element
+    log-density (DPPO)."""
+    denoising_discount: float = 1.0
+    """γ_denoise (DPPO: 0.99, per_step): the advantage at the trainable step j steps before the last is weighted
+    by γ_denoise^j, so the steps that shape the final action carry the most weight."""
+    clip_ratio_first: float | None = None
+    """DPPO's clip schedule (per_step): ε at the noisiest trainable step, rising exponentially (rate 3) to
+    `clip_ratio` at the last. null: `clip_ratio` at every step."""
+    log_prob_clamp: tuple[float, float] | None = None
+    """Clamp every per-element log-density to [min, max] before forming ratios (DPPO: [-5, 2]): a few extreme
+    elements cannot dominate a ratio. null: no clamp."""
+    bc_coef: float = 0.0
+    """Weight of a behaviour-cloning term to the frozen initial policy: the policy's own `bc_loss` on that
+    policy's deterministic actions (DPPO's BC regulariser; ReinFlow's W2 term in spirit). 0: off."""
+    advantage: Literal["gae", "grpo"] = "gae"
+    """`gae`, or `grpo`: group-relative episode returns (Flow-GRPO / πRL), no critic in the advantage; see
+    `algos.gae.group_relative_advantages`."""
+    group_size: int = 8
+    """Envs per GRPO group (advantage: grpo); must divide num_envs."""
 
     def __post_init__(self) -> None:
         for name in ("rollout_steps", "epochs", "minibatches"):
@@ -88,6 +119,23 @@ class PPOConfig:
             f"must be ≥ 0, got {self.critic_warmup_iterations}",
         )
         check(self.actor_lr > 0 and self.critic_lr > 0, "actor_lr", "learning rates must be > 0")
+        discount = self.denoising_discount
+        check(0 < discount <= 1, "denoising_discount", f"must be in (0, 1], got {discount}")
+        check(
+            self.clip_ratio_first is None or 0 < self.clip_ratio_first <= self.clip_ratio,
+            "clip_ratio_first",
+            f"must be in (0, clip_ratio={self.clip_ratio}] or null, got {self.clip_ratio_first}",
+        )
+        if self.log_prob_clamp is not None:
+            low, high = self.log_prob_clamp
+            check(low < high, "log_prob_clamp", f"must be [min, max] with min < max, got {list(self.log_prob_clamp)}")
+        check(
+            self.trainable_steps is None or self.trainable_steps >= 1,
+            "trainable_steps",
+            f"must be ≥ 1 or null, got {self.trainable_steps}",
+        )
+        check(self.bc_coef >= 0, "bc_coef", f"must be ≥ 0, got {self.bc_coef}")
+        check(self.group_size >= 2, "group_size", f"must be ≥ 2 (episodes to compare), got {self.group_size}")
 
 
 class PPO(Algorithm):
@@ -112,6 +160,13 @@ class PPO(Algorithm):
         self.reward_scaler = ReturnScaler(num_envs, config.gamma, enabled=config.scale_rewards)
         self.total_iterations, self.iteration = total_iterations, 0
         self.critic_keys = {config.critic_obs_key}
+        check(
+            config.advantage != "grpo" or num_envs % config.group_size == 0,
+            "ppo.group_size",
+            f"must divide sim.num_envs={num_envs} for GRPO groups, got {config.group_size}",
+        )
+        self.anchor: Policy | None = None
+        """Frozen copy of the policy as it was at the first update (bc_coef > 0)."""
 
     def steps_per_iteration(self, env: VecEnv) -> int:
         return env.num_envs * self.config.rollout_steps * self.act_steps
@@ -157,9 +212,12 @@ class PPO(Algorithm):
             items = (select(policy_obs, set(self.history.keys)), critic_obs, sample.chain, value, total, done)
             for key, item in zip(stored, items, strict=True):
                 stored[key].append(item)
-        batch = {key: torch.stack(items) for key, items in stored.items() if key not in ("obs", "critic_obs")}
-        for key in ("obs", "critic_obs"):
-            batch[key] = {k: torch.stack([o[k] for o in stored[key]]) for k in stored[key][0]}
+        batch = {key: torch.stack(items) for key, items in stored.items() if key not in ("obs", "critic_obs", "chain")}
+        for key in ("obs", "critic_obs", "chain"):
+            if isinstance(stored[key][0], torch.Tensor):
+                batch[key] = torch.stack(stored[key])
+            else:
+                batch[key] = {k: torch.stack([o[k] for o in stored[key]]) for k in stored[key][0]}
         batch["next_value"] = critic(select(obs, self.critic_keys))
         return batch, obs
 
@@ -178,28 +236,31 @@ class PPO(Algorithm):
         advantages, returns = gae(
             batch["reward"], batch["value"], batch["done"], batch["next_value"], gamma, cfg.gae_lambda
         )
+        keep = None
+        if cfg.advantage == "grpo":
+            advantages, valid = group_relative_advantages(batch["reward"], batch["done"], cfg.group_size)
+            keep = valid.reshape(-1)
         flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731  [T, N, ...] -> [T·N, ...]
         obs = {k: flat(v) for k, v in batch["obs"].items()}
         critic_obs = {k: flat(v) for k, v in batch["critic_obs"].items()}
-        chain, old_value = flat(batch["chain"]), flat(batch["value"])
+        chain, old_value = _map(flat, batch["chain"]), flat(batch["value"])
         advantages, returns = flat(advantages), flat(returns)
         # fold this rollout into the normalisers first, then rescore it, so the first ratio is exactly 1
         if cfg.update_policy_normalizer is not False:  # null outside a runner: yes
             policy.update_normalizer(obs)
         critic.normalizer.update(critic_obs[cfg.critic_obs_key])
+        if cfg.bc_coef > 0 and self.anchor is None:
+            self.anchor = copy.deepcopy(policy).eval().requires_grad_(False)
+        if keep is not None:  # GRPO: only decisions whose episode finished in this rollout
+            obs, critic_obs, chain = _rows(obs, keep), _rows(critic_obs, keep), _take(chain, keep)
+            old_value, advantages, returns = old_value[keep], advantages[keep], returns[keep]
+        size = len(advantages)
         with torch.no_grad():
-            old_log_prob = torch.cat([policy.log_prob(_rows(obs, i), chain[i])[0] for i in _chunks(len(chain), 8192)])
-        size = len(chain)
+            old_log_prob = torch.cat([self._score(_rows(obs, i), _take(chain, i))[0] for i in _chunks(size, 8192)])
         minibatch = max(1, size // cfg.minibatches)
-        totals: dict[str, float] = {
-            "policy_loss": 0.0,
-            "value_loss": 0.0,
-            "entropy": 0.0,
-            "approx_kl": 0.0,
-            "clip_fraction": 0.0,
-        }
+        totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "bc_loss"), 0.0)
         updates, epochs_run = 0, 0
-        for _ in range(cfg.epochs):
+        for _ in range(cfg.epochs if size else 0):
             epochs_run += 1
             order = torch.randperm(size)
             kl_epoch = []
@@ -208,7 +269,7 @@ class PPO(Algorithm):
                 stats = self._minibatch(
                     _rows(obs, index),
                     _rows(critic_obs, index),
-                    chain[index],
+                    _take(chain, index),
                     old_log_prob[index],
                     advantages[index],
                     returns[index],
@@ -227,22 +288,47 @@ class PPO(Algorithm):
                 "loss/epochs": float(epochs_run),
                 "loss/explained_variance": float(1 - residual),
                 "loss/actor_lr": self.optimizer.param_groups[0]["lr"],
+                "loss/decisions": float(size),
             }
         )
         return metrics
 
+    def _score(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities [B, m] of the executed actions of each chunk, whole chain (m = 1) or per trainable
+        step (m = n, each the mean over its elements, as DPPO), and the entropy [B]."""
+        cfg = self.config
+        elements, entropy = self.policy.step_log_probs(obs, chain)
+        elements = elements[:, :, : self.act_steps]  # actions that were never executed earned no reward
+        if cfg.log_prob_clamp is not None:
+            elements = elements.clamp(*cfg.log_prob_clamp)
+        if cfg.ratio == "per_step":
+            return elements.mean((2, 3)), entropy
+        return elements.sum((1, 2, 3))[:, None], entropy
+
+    def _step_schedules(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantage weights and clip ε [m] of the m ratios per decision (DPPO's schedules for per_step)."""
+        cfg = self.config
+        from_last = torch.arange(steps - 1, -1, -1, dtype=torch.float32)
+        weight = cfg.denoising_discount**from_last
+        clip = torch.full((steps,), cfg.clip_ratio)
+        if cfg.clip_ratio_first is not None and steps > 1:
+            rate, fraction = 3.0, 1 - from_last / (steps - 1)  # 0 at the noisiest step, 1 at the last
+            rise = (torch.exp(rate * fraction) - 1) / (math.exp(rate) - 1)
+            clip = cfg.clip_ratio_first + (cfg.clip_ratio - cfg.clip_ratio_first) * rise
+        return weight, clip
+
     def _minibatch(
-        self, obs: Obs, critic_obs: Obs, chain, old_log_prob, advantages, returns, old_value
+        self, obs: Obs, critic_obs: Obs, chain: Chain, old_log_prob, advantages, returns, old_value
     ) -> dict[str, float]:
         cfg = self.config
-        log_prob, entropy = self.policy.log_prob(obs, chain)
+        log_prob, entropy = self._score(obs, chain)
         log_ratio = log_prob - old_log_prob
-        ratio = log_ratio.exp()
+        ratio = log_ratio.exp()  # [B, m]
         if cfg.normalize_advantages and len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        policy_loss = torch.max(
-            -advantages * ratio, -advantages * ratio.clamp(1 - cfg.clip_ratio, 1 + cfg.clip_ratio)
-        ).mean()
+        weight, clip = self._step_schedules(ratio.shape[1])
+        advantages = advantages[:, None] * weight
+        policy_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
         value = self.critic(critic_obs)
         value_loss = (value - returns) ** 2
         if cfg.clip_value is not None:
@@ -250,8 +336,14 @@ class PPO(Algorithm):
             value_loss = torch.max(value_loss, (clipped - returns) ** 2)
         value_loss = 0.5 * value_loss.mean()
         loss = cfg.value_coef * value_loss
+        bc_loss = torch.zeros(())
         if self.iteration >= cfg.critic_warmup_iterations:  # no policy gradient at all while the critic warms up
             loss = loss + policy_loss - cfg.entropy_coef * entropy.mean()
+            if self.anchor is not None:
+                with torch.no_grad():
+                    anchor_action = self.anchor.act(obs)
+                bc_loss = self.policy.bc_loss(obs, anchor_action)
+                loss = loss + cfg.bc_coef * bc_loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
@@ -259,13 +351,14 @@ class PPO(Algorithm):
         self.optimizer.step()
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator (Schulman, "Approximating KL")
-            clip_fraction = ((ratio - 1).abs() > cfg.clip_ratio).float().mean()
+            clip_fraction = ((ratio - 1).abs() > clip).float().mean()
         return {
             "policy_loss": float(policy_loss.detach()),
             "value_loss": float(value_loss.detach()),
             "entropy": float(entropy.mean().detach()),
             "approx_kl": float(approx_kl),
             "clip_fraction": float(clip_fraction),
+            "bc_loss": float(bc_loss.detach()),
         }
 
     # -- checkpoints -------------------------------------------------------------------------------------
@@ -278,6 +371,7 @@ class PPO(Algorithm):
             "reward_scaler": self.reward_scaler.state_dict(),
             "iteration": self.iteration,
             "history": self.history.state_dict(),
+            "anchor": None if self.anchor is None else self.anchor.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -287,10 +381,23 @@ class PPO(Algorithm):
         self.reward_scaler.load_state_dict(state["reward_scaler"])
         self.iteration = state["iteration"]
         self.history.load_state_dict(state["history"])
+        if state.get("anchor") is not None:
+            self.anchor = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            self.anchor.load_state_dict(state["anchor"])
 
 
 def _rows(obs: Obs, index: Any) -> Obs:
     return {k: v[index] for k, v in obs.items()}
+
+
+def _map(fn: Any, chain: Chain) -> Chain:
+    """Apply fn to a chain tensor or to every tensor of a dict chain."""
+    return {k: fn(v) for k, v in chain.items()} if isinstance(chain, dict) else fn(chain)
+
+
+def _take(chain: Chain, index: Any) -> Chain:
+    """Rows `index` of a chain tensor or of every tensor of a dict chain."""
+    return _map(lambda x: x[index], chain)
 
 
 def _chunks(size: int, chunk: int) -> list[slice]:
