@@ -30,6 +30,7 @@ from policyforge.policies.chunked import IMAGE_KEY
 from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
+from policyforge.policies.residual import ResidualConfig, ResidualPolicy
 from policyforge.sims import SimConfig, make_env
 from policyforge.sims.vec_env import VecEnv
 
@@ -81,19 +82,23 @@ class RunConfig:
     """Algorithm: `ppo`, `sac` or `bc` (behaviour cloning); its section below is used."""
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)
     """Simulation."""
-    policy_class: Literal["gaussian", "diffusion", "flow"] = "gaussian"
-    """Policy class; its section is used: `policy` (Gaussian), `diffusion` or `flow`."""
+    policy_class: Literal["gaussian", "diffusion", "flow", "residual"] = "gaussian"
+    """Policy class; its section is used: `policy` (Gaussian), `diffusion`, `flow`, or `residual` (a Gaussian
+    residual on a frozen base of class residual.base_class, described by that class's section)."""
     policy: GaussianConfig = dataclasses.field(default_factory=GaussianConfig)
     """Gaussian policy network (policy_class: gaussian)."""
     diffusion: DiffusionConfig = dataclasses.field(default_factory=DiffusionConfig)
     """Diffusion policy (policy_class: diffusion)."""
     flow: FlowConfig = dataclasses.field(default_factory=FlowConfig)
     """Flow-matching policy (policy_class: flow)."""
+    residual: ResidualConfig = dataclasses.field(default_factory=ResidualConfig)
+    """Residual policy (policy_class: residual)."""
     bc: BCConfig = dataclasses.field(default_factory=BCConfig)
     """Behaviour cloning settings (algo: bc)."""
     init_policy: str = ""
     """Start from the policy of this run directory (its latest checkpoint) or checkpoint file, e.g. a BC run to
-    fine-tune with PPO; the policy sections must describe the same architecture."""
+    fine-tune with PPO; the policy sections must describe the same architecture. With policy_class: residual,
+    the base policy's weights (required)."""
     ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
     """PPO settings (algo: ppo)."""
     sac: SACConfig = dataclasses.field(default_factory=SACConfig)
@@ -104,8 +109,14 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.algo == "sac":
             check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
-        if self.ppo.update_policy_normalizer is None:
-            self.ppo.update_policy_normalizer = not self.init_policy
+        if self.ppo.update_policy_normalizer is None:  # a residual's own statistics start empty; its base's stay
+            self.ppo.update_policy_normalizer = not self.init_policy or self.policy_class == "residual"
+        if self.policy_class == "residual":
+            check(
+                bool(self.init_policy),
+                "init_policy",
+                "a residual policy needs its base's weights: set init_policy to the base's run directory",
+            )
         if self.algo == "sac":
             check(
                 self.policy_class == "gaussian",
@@ -119,13 +130,25 @@ class RunConfig:
         return Path(self.out_dir) / (self.name or f"{task}-{self.algo}")
 
 
-def build_policy(config: RunConfig, env: VecEnv) -> Policy:
-    """The policy a config describes, for an env."""
+def build_policy(config: RunConfig, env: VecEnv, policy_class: str | None = None) -> Policy:
+    """The policy a config describes (of `policy_class`, default config.policy_class), for an env."""
     state_dim, image_shape = env.obs_shapes["policy"][0], env.obs_shapes.get(IMAGE_KEY)
-    if config.policy_class == "diffusion":
-        return DiffusionPolicy(state_dim, env.action_dim, config.diffusion, image_shape=image_shape)
-    if config.policy_class == "flow":
-        return FlowPolicy(state_dim, env.action_dim, config.flow, image_shape=image_shape)
+    policy_class = policy_class or config.policy_class
+    if policy_class == "residual":
+        base = build_policy(config, env, config.residual.base_class)
+        return ResidualPolicy(base, state_dim, config.residual)
+    if policy_class in ("diffusion", "flow"):
+        chunked = DiffusionPolicy if policy_class == "diffusion" else FlowPolicy
+        policy = chunked(state_dim, env.action_dim, getattr(config, policy_class), image_shape=image_shape)
+        trainable = config.ppo.trainable_steps
+        if config.algo == "ppo" and trainable is not None and config.policy_class != "residual":
+            check(
+                trainable <= policy.steps,
+                "ppo.trainable_steps",
+                f"must be ≤ the policy's {policy.steps} sampling steps, got {trainable}",
+            )
+            policy.freeze_early_steps(policy.steps - trainable)
+        return policy
     if image_shape is not None:
         raise config_io.ConfigError(
             "sim.image.cameras", "the Gaussian policy reads states only: use policy_class diffusion or flow"
@@ -167,7 +190,7 @@ class Runner:
         self.obs = self.env.reset(seed=config.seed)
         self.algo = build(config, self.env)
         if config.init_policy:
-            self.algo.policy.load_state_dict(_initial_policy_weights(config.init_policy))
+            _load_initial_policy(self.algo.policy, config.init_policy)
         self.iteration, self.env_steps, self.wall_time = 0, 0, 0.0
         """env_steps counts the algorithm's step unit: environment steps, or gradient steps for behaviour cloning."""
         self._episodes: dict[str, list[float]] = {"return": [], "success": [], "length": []}
@@ -333,11 +356,36 @@ def load_run(
     return config, policy.eval(), env
 
 
-def _initial_policy_weights(source: str) -> dict[str, torch.Tensor]:
+_RL_ONLY = ("noise_net.",)
+"""Modules only RL uses (ReinFlow's noise network): a pre-trained policy may have one or not."""
+
+
+def _load_initial_policy(policy: Policy, source: str) -> None:
+    """Load init_policy's weights: the whole policy, or a residual policy's base from a run of the base."""
     path = Path(source)
     if not path.exists():
         raise config_io.ConfigError("init_policy", f"{path} does not exist; give a run directory or a checkpoint file")
-    return checkpoint.load(path)["algo"]["policy"]
+    weights = checkpoint.load(path)["algo"]["policy"]
+    whole = not isinstance(policy, ResidualPolicy) or any(key.startswith("base.") for key in weights)
+    target = policy if whole else policy.base
+    frozen_steps = getattr(target, "frozen_steps", 0)
+    if frozen_steps:  # load the full network, then freeze a copy of *these* weights for the early steps
+        target.freeze_early_steps(0)
+    own = target.state_dict()
+    weights = {k: v for k, v in weights.items() if k in own or not k.startswith(_RL_ONLY)}
+    try:
+        missing, unexpected = target.load_state_dict(weights, strict=False)
+        mismatched = [k for k in missing if not k.startswith(_RL_ONLY)] + unexpected
+        if mismatched:
+            raise RuntimeError(f"keys {mismatched[:4]}")
+    except RuntimeError as err:
+        raise config_io.ConfigError(
+            "init_policy",
+            f"{path} holds a different architecture than this config describes ({err}); copy the policy "
+            "section of the run you start from",
+        ) from err
+    if frozen_steps:
+        target.freeze_early_steps(frozen_steps)
 
 
 def _seed_everything(seed: int) -> None:
