@@ -1,0 +1,177 @@
+"""RL fine-tuning of behaviour-cloned generative policies on the sparse success reward, against Gaussian PPO
+from scratch.
+
+Each method is its config in configs/ (`<task>-dppo.yaml`, `-reinflow`, `-flow-sde`, `-residual-diffusion`,
+`-residual-flow`, `-ppo-scratch`), run through the same Runner as `policyforge train` with the same env-step
+budget and seeds. The fine-tuning methods start from the BC checkpoints of bench/bc_table.py (DDIM-10 diffusion,
+10-step rectified flow; trained here first when missing). Success is measured on `--eval-envs` deterministic
+episodes before training, every `--eval-every` env steps and at the end; "steps to 90%" is the first evaluation
+at ≥ 90% (mean over seeds of the seeds that got there; "-" when none did).
+
+    python bench/finetune_table.py [--tasks arm-lift-cube] [--seeds 0 1 2] [--steps 100000]
+                                   [--methods dppo reinflow ...] [--out bench/results/finetune]
+
+Prints a table and writes a plot; the last line is JSON {"task", "results": {method: {"before", "after",
+"wall_s", "steps_to_90"}}} for arm-lift-cube (or the first task).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from rich.console import Console
+from rich.table import Table
+
+from policyforge.algos.runner import RunConfig, Runner
+from policyforge.config import load
+
+METHODS = {  # key: (config suffix, bench/bc_table.py run it starts from)
+    "dppo": ("dppo", "diffusion_ddim10"),
+    "reinflow": ("reinflow", "flow_rf10"),
+    "flow_sde": ("flow-sde", "flow_rf10"),
+    "residual_diffusion": ("residual-diffusion", "diffusion_ddim10"),
+    "residual_flow": ("residual-flow", "flow_rf10"),
+    "gaussian_scratch": ("ppo-scratch", None),
+}
+BC_RUNS = Path("bench/results/bc/runs")
+
+
+def ensure_bc_runs(task: str, methods: list[str]) -> None:
+    """Train the BC starting points with bench/bc_table.py if they are not there yet."""
+    missing = sorted({METHODS[m][1] for m in methods if METHODS[m][1]} - {p.name[len(task) + 1 :] for p in
+                     BC_RUNS.glob(f"{task}-*") if (p / "checkpoints" / "latest.pt").exists()})  # fmt: skip
+    if missing:
+        command = [sys.executable, "bench/bc_table.py", "--tasks", task, "--keys", *missing, "--image-task", ""]
+        subprocess.run(command, check=True)
+
+
+def run_one(task: str, method: str, seed: int, args) -> dict:
+    suffix, bc_key = METHODS[method]
+    overrides = [
+        f"seed={seed}",
+        f"name={task}-{method}-s{seed}",
+        f"out_dir={args.out / 'runs'}",
+        f"runner.total_env_steps={args.steps}",
+        f"runner.eval_every_steps={args.eval_every}",
+        f"runner.eval_envs={args.eval_envs}",
+        "runner.video=none",
+        "runner.tensorboard=false",
+    ]
+    if bc_key:
+        overrides.append(f"init_policy={BC_RUNS / f'{task}-{bc_key}'}")
+    config = load(RunConfig, f"configs/{task}-{suffix}.yaml", overrides)
+    shutil.rmtree(config.run_dir, ignore_errors=True)
+    runner = Runner.start(config, Console(quiet=True))
+    before = runner.evaluate()["eval/success"]
+    start = time.perf_counter()
+    summary = runner.train()
+    wall_s = time.perf_counter() - start
+    runner.close()
+    evals = [json.loads(line) for line in (config.run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve = [(0, before, 0.0)] + [(m["env_steps"], m["eval/success"], m["perf/wall_s"]) for m in evals
+                                  if "eval/success" in m]  # fmt: skip
+    return {"before": before, "after": summary["eval/success"], "wall_s": wall_s, "curve": curve}
+
+
+def first_reaching(curve: list[tuple[int, float, float]], level: float) -> tuple[int, float] | None:
+    """(env steps, wall seconds) of the first evaluation at or above `level`."""
+    return next(((steps, wall) for steps, success, wall in curve if success >= level - 1e-6), None)
+
+
+def aggregate(runs: list[dict]) -> dict:
+    reached = [first_reaching(r["curve"], 0.9) for r in runs]
+    reached = [r for r in reached if r is not None]
+    return {
+        "before": round(statistics.mean(r["before"] for r in runs), 3),
+        "after": round(statistics.mean(r["after"] for r in runs), 3),
+        "after_min": round(min(r["after"] for r in runs), 3),
+        "wall_s": round(statistics.mean(r["wall_s"] for r in runs), 1),
+        "steps_to_90": round(statistics.mean(s for s, _ in reached)) if reached else None,
+        "wall_to_90": round(statistics.mean(w for _, w in reached), 1) if reached else None,
+        "seeds_at_90": len(reached),
+    }
+
+
+def wall_to_common_success(runs_a: list[dict], runs_b: list[dict]) -> tuple[float, float, float] | None:
+    """Mean wall seconds for A and B to first reach the highest success both reached in every seed."""
+    level = min(max(s for _, s, _ in r["curve"]) for r in runs_a + runs_b)
+    times = [[first_reaching(r["curve"], level)[1] for r in runs] for runs in (runs_a, runs_b)]
+    return level, statistics.mean(times[0]), statistics.mean(times[1])
+
+
+def plot(results: dict[str, dict[str, list[dict]]], path: Path) -> None:
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
+    for ax, (task, methods) in zip(axes[0], results.items(), strict=True):
+        for method, runs in methods.items():
+            steps = [s for s, _, _ in runs[0]["curve"]]
+            mean = [statistics.mean(r["curve"][i][1] for r in runs) for i in range(len(steps))]
+            ax.plot(steps, mean, marker="o", label=method)
+        ax.set(title=f"{task} (sparse reward)", xlabel="env steps", ylabel="eval success", ylim=(-0.02, 1.02))
+        ax.axhline(0.9, color="grey", linestyle=":")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=["arm-lift-cube"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=100_000, help="env-step budget per run")
+    parser.add_argument("--eval-every", type=int, default=20_000)
+    parser.add_argument("--eval-envs", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/finetune"))
+    args = parser.parse_args()
+    console = Console(width=200)
+    results: dict[str, dict[str, list[dict]]] = {}
+    for task in args.tasks:
+        ensure_bc_runs(task, args.methods)
+        for method in args.methods:
+            for seed in args.seeds:
+                run = run_one(task, method, seed, args)
+                results.setdefault(task, {}).setdefault(method, []).append(run)
+                console.print(f"{task} {method:20s} seed {seed}: {run['before']:.0%} -> {run['after']:.0%}  "
+                              f"({run['wall_s']:.0f} s)  curve {[f'{s:.0%}' for _, s, _ in run['curve']]}")  # fmt: skip
+    summaries = {task: {m: aggregate(runs) for m, runs in methods.items()} for task, methods in results.items()}
+    table = Table(title=f"RL fine-tuning on the sparse success reward: {args.steps} env steps, seeds {args.seeds}, "
+                  f"{args.eval_envs} eval episodes (means over seeds)")  # fmt: skip
+    for column in ["task", "method", "before", "after", "worst seed", "wall s", "steps to 90%", "wall s to 90%",
+                   "seeds at 90%"]:  # fmt: skip
+        table.add_column(column)
+    dash = lambda v: "-" if v is None else str(v)  # noqa: E731
+    for task, methods in summaries.items():
+        for method, s in methods.items():
+            table.add_row(task, method, f"{s['before']:.0%}", f"{s['after']:.0%}", f"{s['after_min']:.0%}",
+                          f"{s['wall_s']:.0f}", dash(s["steps_to_90"]), dash(s["wall_to_90"]),
+                          f"{s['seeds_at_90']}/{len(args.seeds)}")  # fmt: skip
+    console.print(table)
+    for task, methods in results.items():
+        if "reinflow" in methods and "dppo" in methods:
+            level, reinflow_s, dppo_s = wall_to_common_success(methods["reinflow"], methods["dppo"])
+            ratio = reinflow_s / max(dppo_s, 1e-9)
+            console.print(f"{task}: wall time to {level:.0%} success (reached by every seed of both): ReinFlow "
+                          f"{reinflow_s:.0f} s, DPPO {dppo_s:.0f} s, ratio {ratio:.2f}")  # fmt: skip
+    plot(results, args.out / "finetune.png")
+    console.print(f"plot: {args.out / 'finetune.png'}")
+    main_task = "arm-lift-cube" if "arm-lift-cube" in summaries else next(iter(summaries))
+    keys = ("before", "after", "wall_s", "steps_to_90")
+    print(json.dumps({"task": main_task, "results": {m: {k: s[k] for k in keys} for m, s in
+                                                      summaries[main_task].items()}}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
