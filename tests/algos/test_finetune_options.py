@@ -1,0 +1,165 @@
+"""PPO's fine-tuning options (DPPO, GRPO, residual, BC term) and the guards against the anchors' known bugs:
+evaluation uses the fine-tuned weights, `done` comes from the env, ratios cover only executed actions."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+import policyforge.algos.ppo as ppo_module
+from policyforge.algos.gae import group_relative_advantages
+from policyforge.algos.ppo import PPO, denoising_schedules
+from policyforge.algos.ppo_config import PPOConfig
+from policyforge.algos.runner import RunConfig, Runner, load_run
+from policyforge.config import ConfigError, from_dict
+from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
+
+CHUNK = {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}
+SMALL = {"hidden": [32, 32], "time_dim": 8}
+FLOW = {"policy_class": "flow", "flow": {"chunk": CHUNK, "steps": 3, "denoiser": SMALL}}
+DIFFUSION = {"policy_class": "diffusion", "diffusion": {"chunk": CHUNK, "inference_steps": 3, "denoiser": SMALL}}
+QUIET = {"eval_envs": 4, "video": "none", "tensorboard": False}
+
+
+def run_config(tmp_path, name, **settings) -> RunConfig:
+    base = {
+        "name": name,
+        "out_dir": str(tmp_path),
+        "sim": {"task": "pendulum-swingup", "num_envs": 8},
+        "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2},
+        "runner": {"total_env_steps": 256, **QUIET},
+    }
+    return from_dict(RunConfig, {**base, **settings})
+
+
+def test_denoising_schedules_follow_dppo():
+    weight, clip = denoising_schedules(5, discount=0.9, clip_last=0.01, clip_first=0.001)
+    torch.testing.assert_close(weight, torch.tensor([0.9**4, 0.9**3, 0.9**2, 0.9, 1.0]))
+    assert clip[0] == pytest.approx(0.001) and clip[-1] == pytest.approx(0.01)
+    assert torch.all(clip[1:] > clip[:-1])
+    assert clip[2] < (0.001 + 0.01) / 2  # exponential: small for most steps, rising near the last
+    weight, clip = denoising_schedules(1, discount=0.9, clip_last=0.2, clip_first=0.05)
+    assert weight.tolist() == [1.0] and clip.tolist() == pytest.approx([0.2])
+
+
+def make_ppo(**options) -> PPO:
+    config = from_dict(DiffusionConfig, {"chunk": CHUNK, "inference_steps": 3, "denoiser": SMALL})
+    policy = DiffusionPolicy(3, 1, config)
+    return PPO(policy, critic_obs_dim=3, num_envs=4, config=PPOConfig(**options), total_iterations=1)
+
+
+def test_ratios_cover_only_the_executed_actions_and_clamp_each_element():
+    torch.manual_seed(0)
+    ppo = make_ppo(ratio="per_step", log_prob_clamp=(-5.0, 2.0))
+    obs = {"policy": torch.randn(6, 2, 3)}
+    chain = ppo.policy.sample(obs).chain  # [B, K + 1, H, A]
+    score, _ = ppo._score(obs, chain)
+    assert score.shape == (6, 3)
+    unexecuted = chain.clone()
+    unexecuted[:, -1, 2:] += 10.0  # final actions that are never executed
+    torch.testing.assert_close(ppo._score(obs, unexecuted)[0], score)
+    executed = chain.clone()
+    executed[:, -1, :2] += 10.0  # executed ones, far from the step's mean: every element hits the lower clamp
+    clamped, _ = ppo._score(obs, executed)
+    torch.testing.assert_close(clamped[:, -1], torch.full((6,), -5.0))
+    torch.testing.assert_close(clamped[:, :-1], score[:, :-1])
+
+
+def test_group_relative_advantages_standardise_returns_within_groups():
+    rewards = torch.tensor([[1.0, 0.0, 2.0, 2.0], [1.0, 1.0, 0.0, 2.0], [0.0, 5.0, 1.0, 0.0]])  # [T=3, N=4]
+    dones = torch.tensor([[0, 0, 0, 0], [1, 1, 0, 1], [0, 0, 1, 0]], dtype=torch.bool)
+    advantages, mask = group_relative_advantages(rewards, dones, group_size=2)
+    # group 0 finished episodes with returns 2 (env 0) and 1 (env 1): ±1 after standardising
+    torch.testing.assert_close(advantages[:2, 0], torch.ones(2), atol=1e-5, rtol=0)
+    torch.testing.assert_close(advantages[:2, 1], -torch.ones(2), atol=1e-5, rtol=0)
+    # group 1: env 2's return 3 and env 3's 4
+    torch.testing.assert_close(advantages[:, 2], -torch.ones(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(advantages[:2, 3], torch.ones(2), atol=1e-5, rtol=0)
+    # the episodes that start at t = 2 in envs 0, 1 and 3 don't finish: no advantage
+    assert mask.tolist() == [[True] * 4, [True] * 4, [False, False, True, False]]
+    assert advantages[~mask].abs().sum() == 0
+
+
+def test_grpo_trains_only_on_finished_episodes(tmp_path):
+    settings = {"sim": {"task": "pendulum-swingup", "num_envs": 8, "task_options": {"episode_seconds": 0.5}}}
+    config = run_config(tmp_path, "grpo", **FLOW, **settings, ppo={"rollout_steps": 8, "advantage": "grpo",
+                                                                   "group_size": 4})  # fmt: skip
+    runner = Runner.start(config, Console(quiet=True))
+    before = {k: v.clone() for k, v in runner.algo.policy.state_dict().items()}
+    runner.obs, metrics = runner.algo.iterate(runner.env, runner.obs, lambda info: None)
+    episode = 10 // CHUNK["act_steps"]  # 0.5 s at 20 Hz = 10 steps = 5 decisions; 3 of 8 are left running
+    assert metrics["loss/decisions"] == 8 * episode
+    assert any(not torch.equal(v, before[k]) for k, v in runner.algo.policy.state_dict().items())
+    runner.close()
+    with pytest.raises(ConfigError, match="group_size"):
+        Runner.start(run_config(tmp_path, "odd", **FLOW, ppo={"advantage": "grpo", "group_size": 3}))
+
+
+def test_done_comes_from_the_env(tmp_path):
+    """Episodes that end on success (terminated) or time-out end their decision; none is assumed."""
+    task_options = {"terminate_on_success": True, "success_threshold": 0.25, "episode_seconds": 0.4}
+    sim = {"task": "arm-reach", "num_envs": 16, "task_options": task_options}
+    runner = Runner.start(run_config(tmp_path, "done", **FLOW, sim=sim), Console(quiet=True))
+    env, steps, original_step = runner.env, [], runner.env.step
+
+    def recording_step(action):
+        result = original_step(action)
+        steps.append(result)
+        return result
+
+    env.step = recording_step
+    batch, _ = runner.algo._collect(env, runner.obs, lambda info: None)
+    terminated = torch.stack([s[2] for s in steps]).view(8, 2, 16)  # [T, act_steps, N]
+    truncated = torch.stack([s[3] for s in steps]).view(8, 2, 16)
+    assert terminated.any() and truncated.any() and not (terminated | truncated).all()
+    assert torch.equal(batch["done"], (terminated | truncated).any(1))
+    runner.close()
+
+
+def test_ppo_knows_no_policy_class():
+    """A policy class plugs in through the contract: PPO imports none of them."""
+    tree = ast.parse(Path(ppo_module.__file__).read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    policy_modules = {p.stem for p in Path(ppo_module.__file__).parents[1].joinpath("policies").glob("*.py")}
+    used = {m.split(".")[-1] for m in imported if m.startswith("policyforge.policies")}
+    assert used <= {"base", "critics", "rollout"}
+    assert {"diffusion", "flow", "gaussian", "residual"} <= policy_modules
+
+
+def bc_like_start(tmp_path, settings: dict) -> Path:
+    """A short PPO run standing in for a pre-trained policy to start from."""
+    Runner.start(run_config(tmp_path, "start", **settings), Console(quiet=True)).train()
+    return tmp_path / "start"
+
+
+def test_residual_needs_a_base_and_trains_only_the_residual(tmp_path):
+    residual = {"policy_class": "residual", "residual": {"base_class": "flow", "hidden": [32]}, "flow": FLOW["flow"]}
+    with pytest.raises(ConfigError, match="init_policy"):
+        run_config(tmp_path, "no-base", **residual)
+    start = bc_like_start(tmp_path, FLOW)
+    runner = Runner.start(run_config(tmp_path, "residual", **residual, init_policy=str(start)), Console(quiet=True))
+    initial = {k: v.clone() for k, v in runner.algo.policy.state_dict().items()}
+    runner.train()
+    trained = runner.algo.policy.state_dict()
+    changed = {k for k, v in trained.items() if not torch.equal(v, initial[k])}
+    assert changed and all(not k.startswith("base.") for k in changed)
+    runner.close()
+
+
+def test_evaluation_and_loading_use_the_fine_tuned_weights(tmp_path):
+    """The anchors' bug: evaluating the frozen base instead of the fine-tuned policy."""
+    start = bc_like_start(tmp_path, FLOW)
+    settings = {**FLOW, "flow": {**FLOW["flow"], "chain_noise": "reinflow"}}
+    runner = Runner.start(run_config(tmp_path, "tuned", **settings, init_policy=str(start)), Console(quiet=True))
+    runner.train()
+    tuned = runner.algo.policy
+    (_, loaded, env), (_, initial, start_env) = load_run(tmp_path / "tuned"), load_run(start)
+    env.close(), start_env.close()
+    obs = tuned.example_obs(5)
+    obs["policy"].normal_()
+    act = lambda policy: (torch.manual_seed(0), policy.act(obs))[1]  # noqa: E731  same initial noise
+    torch.testing.assert_close(act(loaded), act(tuned))
+    assert not torch.allclose(act(loaded), act(initial), atol=1e-4)
+    runner.close()
