@@ -186,6 +186,7 @@ COLLECT_FLAGS = {
     "image_size": "--image-size",
     "out": "--out",
     "only_successful": "--only-successful",
+    "policy": "--policy",
 }
 """collect()'s argument names → the flags that set them, for error messages."""
 
@@ -216,6 +217,7 @@ def _collect(args: argparse.Namespace, console: Console) -> None:
             task_options=apply_overrides({}, args.options),
             overwrite=args.overwrite,
             console=console,
+            policy=args.policy,
         )
     except ConfigError as err:
         raise ConfigError(COLLECT_FLAGS.get(err.path, err.path), err.reason) from None
@@ -269,7 +271,9 @@ def _parser() -> argparse.ArgumentParser:
         "collect",
         help="record scripted-expert demonstrations as a LeRobot v3.0 dataset (appends to a compatible one)",
     )
-    collecting.add_argument("task", help="an arm task with a scripted expert: arm-reach, arm-push-cube, arm-lift-cube")
+    collecting.add_argument(
+        "task", help="an arm task with a scripted expert (arm-reach, arm-push-cube, arm-lift-cube); any with --policy"
+    )
     collecting.add_argument(
         "options", nargs="*", help="task options key=value, right after the task, e.g. episode_seconds=8"
     )
@@ -283,6 +287,9 @@ def _parser() -> argparse.ArgumentParser:
     collecting.add_argument("--image-size", default="96", help="camera image size: SIZE or WIDTHxHEIGHT (default 96)")
     collecting.add_argument("--only-successful", action="store_true", help="keep successful episodes only")
     collecting.add_argument("--overwrite", action="store_true", help="delete an existing dataset in --out first")
+    collecting.add_argument(
+        "--policy", default=None, help="a training run directory whose policy demonstrates (e.g. a PPO expert)"
+    )
     collecting.set_defaults(run=_collect)
     return parser
 

@@ -7,6 +7,7 @@ The task's expert drives a native-MuJoCo VecEnv; every env's episode is buffered
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from policyforge.config import ConfigError
 from policyforge.data import layout
 from policyforge.data.dataset import Demonstrations, DemoWriter
-from policyforge.data.experts import EXPERTS, ArmExpert
+from policyforge.data.experts import EXPERTS, ArmExpert, PolicyExpert
 from policyforge.sims import ImageConfig, SimConfig, make_env
 from policyforge.sims.make import make_task
 from policyforge.sims.render import camera_names
@@ -51,6 +52,7 @@ def collect(
     overwrite: bool = False,
     progress: bool = True,
     console: Console | None = None,
+    policy: str | Path | None = None,
 ) -> dict[str, Any]:
     """Record `episodes` expert episodes of `task` into `out`; returns a summary (episodes, frames, success rate,
     seconds, ...).
@@ -60,26 +62,36 @@ def collect(
     `seed + episodes already there`, so appended sessions never replay earlier episodes. Frame t of an episode
     holds the policy observation before action t, the action, and the reward / done / success after it.
     `image_size`: height = width, or (height, width); `num_envs`: at most this many parallel envs (no more than
-    `episodes` unless `only_successful`).
+    `episodes` unless `only_successful`). `policy`: a training run directory whose policy is the demonstrator
+    instead of the task's scripted expert (any task; recorded with the run's sim settings, randomisation
+    included, updated by `task_options`).
     """
     image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     _check_arguments(episodes, num_envs, action_noise, hesitation, image_hw)
     task_options = dict(task_options or {})
-    expert_class, fps = _check_task(task, task_options, cameras)
+    num_envs = num_envs if only_successful else min(num_envs, episodes)
+    image = ImageConfig(cameras=list(cameras), width=image_hw[1], height=image_hw[0])
+    sim = SimConfig(task=task, num_envs=num_envs, task_options=task_options, image=image)
+    demonstrator = None
+    if policy is not None:
+        sim, demonstrator = _policy_demonstrator(Path(policy), sim, hesitation)
+        expert_name, fps = "PolicyExpert", _check_fps(make_task(task, sim.task_options))
+    else:
+        expert_class, fps = _check_task(task, task_options, cameras)
+        expert_name = expert_class.__name__
     out = Path(out)
     if overwrite:
         _delete_dataset(out)
     env_seed = seed + (Demonstrations(out).num_episodes if (out / layout.INFO_PATH).is_file() else 0)
-    num_envs = num_envs if only_successful else min(num_envs, episodes)
-    image = ImageConfig(cameras=list(cameras), width=image_hw[1], height=image_hw[0])
-    env = make_env(SimConfig(task=task, num_envs=num_envs, task_options=task_options, image=image), seed=env_seed)
+    env = make_env(sim, seed=env_seed)
     try:
+        expert_info = {"name": expert_name, "action_noise": action_noise, "hesitation": hesitation}
         info_extra = {
-            "task_options": task_options,
-            "control_mode": env.task.config.control_mode,
+            "task_options": sim.task_options,
+            "control_mode": getattr(env.task.config, "control_mode", None),
             "control_dt": env.control_dt,
             "observation": "obs['policy'] of the task, before the action",
-            "expert": {"name": expert_class.__name__, "action_noise": action_noise, "hesitation": hesitation},
+            "expert": expert_info | ({"run": str(policy)} if policy is not None else {}),
             "only_successful": only_successful,
         }
         try:
@@ -92,12 +104,15 @@ def collect(
                 image_hw,
                 task,
                 info_extra,
-                robot_type="panda",
+                robot_type="panda" if task.startswith("arm-") else task.split("-")[0],
                 session={"seed": env_seed, "num_envs": num_envs},
             )
         except (ValueError, FileExistsError) as err:
             raise ConfigError("out", str(err)) from None
-        expert = expert_class(env.task, num_envs, action_noise=action_noise, seed=env_seed, hesitation=hesitation)
+        if demonstrator is not None:
+            expert = PolicyExpert(demonstrator, num_envs, action_noise=action_noise, seed=env_seed)
+        else:
+            expert = expert_class(env.task, num_envs, action_noise=action_noise, seed=env_seed, hesitation=hesitation)
         start = time.perf_counter()
         with _progress_bar(progress, console, task, episodes) as update:
             counts = _record(env, expert, writer, episodes, only_successful, list(cameras), env_seed, update)
@@ -110,7 +125,7 @@ def collect(
 
 def _record(
     env: VecEnv,
-    expert: ArmExpert,
+    expert: ArmExpert | PolicyExpert,
     writer: DemoWriter,
     episodes: int,
     only_successful: bool,
@@ -125,7 +140,8 @@ def _record(
     instruction = INSTRUCTIONS.get(writer.info["policyforge"]["task"])
     obs = env.reset(seed=seed)
     while written < episodes:
-        action = expert.act(env.state).astype(np.float32)  # recorded exactly as executed
+        decided = expert.act(obs) if isinstance(expert, PolicyExpert) else expert.act(env.state)
+        action = decided.astype(np.float32)  # recorded exactly as executed
         states = obs["policy"].numpy()
         images = obs["image"].numpy() if cameras else None
         obs, reward, terminated, truncated, info = env.step(action)
@@ -200,10 +216,30 @@ def _check_task(task: str, task_options: dict[str, Any], cameras: Sequence[str])
     unknown = [camera for camera in cameras if camera not in camera_names(probe.model)]
     if unknown:
         raise ConfigError("cameras", f"unknown {unknown}; {task} has cameras {camera_names(probe.model)}")
-    fps = 1.0 / probe.config.control_dt
+    return expert_class, _check_fps(probe)
+
+
+def _check_fps(task: Any) -> int:
+    fps = 1.0 / task.config.control_dt
     if abs(fps - round(fps)) > 1e-6:
         raise ConfigError("task_options.control_dt", f"LeRobot datasets need an integer fps, 1/control_dt = {fps:g}")
-    return expert_class, round(fps)
+    return round(fps)
+
+
+def _policy_demonstrator(run_dir: Path, sim: SimConfig, hesitation: float) -> tuple[SimConfig, Any]:
+    """The run's sim settings (with this collection's envs, cameras and task options on top) and its policy."""
+    from policyforge.algos.runner import load_run  # the runner imports the data package
+
+    if hesitation > 0:
+        raise ConfigError("hesitation", "pauses are a scripted-expert knob; a policy demonstrator takes action_noise")
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError("policy", f"{run_dir} is not a training run directory (no config.yaml)")
+    config, policy, env = load_run(run_dir, num_envs=1)
+    env.close()
+    if config.sim.task != sim.task:
+        raise ConfigError("task", f"the policy of {run_dir} was trained on {config.sim.task!r}, not {sim.task!r}")
+    options = {**config.sim.task_options, **sim.task_options}
+    return dataclasses.replace(config.sim, num_envs=sim.num_envs, image=sim.image, task_options=options), policy
 
 
 def _delete_dataset(out: Path) -> None:

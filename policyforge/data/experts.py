@@ -10,7 +10,10 @@ from __future__ import annotations
 import abc
 
 import numpy as np
+import torch
 
+from policyforge.policies.base import Obs, Policy
+from policyforge.policies.rollout import ChunkedActor
 from policyforge.sims.task import TaskState
 from policyforge.sims.tasks.arm import ArmTask, grasp_yaw, tcp_yaw
 from policyforge.sims.tasks.arm_tasks import CUBE_HALF, ArmLiftCube, ArmPushCube, ArmReach
@@ -189,3 +192,26 @@ EXPERTS: dict[type[ArmTask], type[ArmExpert]] = {
     ArmPushCube: PushExpert,
 }
 """Scripted expert of each arm task class."""
+
+
+class PolicyExpert:
+    """A trained policy as the demonstrator (distilling an RL expert, e.g. a PPO gait, into a generative
+    policy): its deterministic `act` through a `ChunkedActor`, plus optional Gaussian `action_noise`."""
+
+    def __init__(self, policy: Policy, num_envs: int, action_noise: float = 0.0, seed: int = 0):
+        self.actor = ChunkedActor(policy, num_envs)
+        self.action_noise = action_noise
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, env_ids: np.ndarray) -> None:
+        """Envs `env_ids` start a new episode: fresh observation history and chunk."""
+        done = torch.zeros(self.actor.num_envs, dtype=torch.bool)
+        done[torch.as_tensor(env_ids, dtype=torch.long)] = True
+        self.actor.episodes_ended(done)
+
+    def act(self, obs: Obs) -> np.ndarray:
+        """Actions [N, A] for observations obs[key] [N, ...]."""
+        action = self.actor(obs).numpy()
+        if self.action_noise > 0:
+            action = action + self.action_noise * self.rng.standard_normal(action.shape)
+        return np.clip(action, -1.0, 1.0)

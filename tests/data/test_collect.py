@@ -2,8 +2,11 @@
 
 import numpy as np
 import pytest
+import torch
+from rich.console import Console
 
-from policyforge.config import ConfigError
+from policyforge.algos.runner import RunConfig, Runner, load_run
+from policyforge.config import ConfigError, from_dict
 from policyforge.data.collect import collect
 from policyforge.data.dataset import Demonstrations
 from policyforge.sims import SimConfig, make_env
@@ -67,3 +70,31 @@ def test_bad_arguments_are_named(tmp_path, arguments, path):
         collect(**({"task": "arm-reach", "episodes": 1, "out": tmp_path / "ds", "progress": False} | arguments))
     assert error.value.path == path
     assert not (tmp_path / "ds").exists()
+
+
+def test_a_trained_policy_demonstrates_any_task(tmp_path):
+    """`policy=RUN` records a run's deterministic policy (e.g. a PPO expert) on a task without a scripted one."""
+    settings = {
+        "name": "expert",
+        "out_dir": str(tmp_path),
+        "sim": {"task": "pendulum-swingup", "num_envs": 4, "task_options": {"episode_seconds": 0.5}},
+        "ppo": {"rollout_steps": 8},
+        "runner": {"total_env_steps": 64, "eval_envs": 2, "video": "none", "tensorboard": False},
+    }
+    Runner.start(from_dict(RunConfig, settings), Console(quiet=True)).train()
+    summary = collect("pendulum-swingup", 3, tmp_path / "ds", num_envs=2, policy=tmp_path / "expert", progress=False)
+    assert summary["episodes"] == 3 and summary["frames"] == 30  # the run's 0.5 s episodes at 20 Hz
+    data = Demonstrations(tmp_path / "ds")
+    assert data.info["policyforge"]["expert"] == {
+        "name": "PolicyExpert", "action_noise": 0.0, "hesitation": 0.0, "run": str(tmp_path / "expert")
+    }  # fmt: skip
+    _, policy, env = load_run(tmp_path / "expert")
+    env.close()
+    states = data.column("observation.state")
+    with torch.no_grad():
+        expected = policy.act({"policy": torch.as_tensor(states)})[:, 0].numpy()
+    np.testing.assert_allclose(data.column("action"), np.clip(expected, -1, 1), atol=1e-6)
+    with pytest.raises(ConfigError, match="trained on 'pendulum-swingup'"):
+        collect("arm-reach", 1, tmp_path / "other", policy=tmp_path / "expert", progress=False)
+    with pytest.raises(ConfigError, match="hesitation"):
+        collect("pendulum-swingup", 1, tmp_path / "other", hesitation=0.1, policy=tmp_path / "expert")
