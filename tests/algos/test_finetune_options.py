@@ -163,3 +163,24 @@ def test_evaluation_and_loading_use_the_fine_tuned_weights(tmp_path):
     torch.testing.assert_close(act(loaded), act(tuned))
     assert not torch.allclose(act(loaded), act(initial), atol=1e-4)
     runner.close()
+
+
+def test_bc_term_pulls_towards_the_frozen_initial_policy(tmp_path):
+    """`bc_coef`: the policy's own bc_loss on the initial policy's actions; the anchor survives a checkpoint."""
+    start = bc_like_start(tmp_path, FLOW)
+    config = run_config(tmp_path, "bc-term", **FLOW, init_policy=str(start), ppo={"rollout_steps": 8, "bc_coef": 1.0})
+    runner = Runner.start(config, Console(quiet=True))
+    runner.obs, metrics = runner.algo.iterate(runner.env, runner.obs, lambda info: None)
+    anchor = runner.algo.anchor
+    assert metrics["loss/bc_loss"] > 0 and anchor is not None
+    initial = load_run(start)
+    initial[2].close()
+    for name, value in initial[1].state_dict().items():
+        assert torch.equal(anchor.state_dict()[name], value), name
+    assert not any(p.requires_grad for p in anchor.parameters())
+    state = runner.algo.state_dict()
+    fresh = Runner.start(run_config(tmp_path, "fresh", **FLOW, ppo={"bc_coef": 1.0}), Console(quiet=True))
+    fresh.algo.load_state_dict(state)
+    for name, value in anchor.state_dict().items():
+        assert torch.equal(fresh.algo.anchor.state_dict()[name], value), name
+    runner.close(), fresh.close()
