@@ -160,9 +160,9 @@ def main() -> None:
     for task, methods in results.items():
         if "reinflow" in methods and "dppo" in methods:
             level, reinflow_s, dppo_s = wall_to_common_success(methods["reinflow"], methods["dppo"])
-            ratio = reinflow_s / max(dppo_s, 1e-9)
+            ratio = f"ratio {reinflow_s / dppo_s:.2f}" if dppo_s > 0 else "no ratio: DPPO started there"
             console.print(f"{task}: wall time to {level:.0%} success (reached by every seed of both): ReinFlow "
-                          f"{reinflow_s:.0f} s, DPPO {dppo_s:.0f} s, ratio {ratio:.2f}")  # fmt: skip
+                          f"{reinflow_s:.0f} s, DPPO {dppo_s:.0f} s, {ratio}")  # fmt: skip
     plot(results, args.out / "finetune.png")
     console.print(f"plot: {args.out / 'finetune.png'}")
     main_task = "arm-lift-cube" if "arm-lift-cube" in summaries else next(iter(summaries))
