@@ -14,6 +14,7 @@ from torch import nn
 
 from policyforge.config import check
 from policyforge.policies.base import Obs, Policy, Sample
+from policyforge.policies.chunked import gaussian_log_density
 from policyforge.policies.networks import Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
@@ -99,7 +100,7 @@ class GaussianPolicy(Policy):
 
     def _log_density(self, chain: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """Per-element log-density [B, 1, A] of the action (tanh's Jacobian included when squashing)."""
-        log_prob = -0.5 * ((chain - mean) / std) ** 2 - std.log() - _HALF_LOG_2PI
+        log_prob = gaussian_log_density(chain, mean, std)
         if self.config.squash:
             # log |d tanh(u)/du| = 2 (log 2 − u − softplus(−2u)), stable for large |u| (SAC, appendix C)
             log_prob = log_prob - 2 * (math.log(2) - chain - nn.functional.softplus(-2 * chain))

@@ -97,20 +97,13 @@ def test_grpo_trains_only_on_finished_episodes(tmp_path):
         Runner.start(run_config(tmp_path, "odd", **FLOW, ppo={"advantage": "grpo", "group_size": 3}))
 
 
-def test_done_comes_from_the_env(tmp_path):
+def test_done_comes_from_the_env(tmp_path, record_steps):
     """Episodes that end on success (terminated) or time-out end their decision; none is assumed."""
     task_options = {"terminate_on_success": True, "success_threshold": 0.25, "episode_seconds": 0.4}
     sim = {"task": "arm-reach", "num_envs": 16, "task_options": task_options}
     runner = Runner.start(run_config(tmp_path, "done", **FLOW, sim=sim), Console(quiet=True))
-    env, steps, original_step = runner.env, [], runner.env.step
-
-    def recording_step(action):
-        result = original_step(action)
-        steps.append(result)
-        return result
-
-    env.step = recording_step
-    batch, _ = runner.algo._collect(env, runner.obs, lambda info: None)
+    steps = record_steps(runner.env)
+    batch, _ = runner.algo._collect(runner.env, runner.obs, lambda info: None)
     terminated = torch.stack([s[2] for s in steps]).view(8, 2, 16)  # [T, act_steps, N]
     truncated = torch.stack([s[3] for s in steps]).view(8, 2, 16)
     assert terminated.any() and truncated.any() and not (terminated | truncated).all()

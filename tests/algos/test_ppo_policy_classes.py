@@ -55,7 +55,7 @@ def test_ppo_fine_tunes_from_an_initial_policy(tmp_path):
         assert torch.equal(value, second.algo.policy.state_dict()[name]), name
 
 
-def test_a_decision_earns_the_discounted_rewards_of_its_executed_steps(tmp_path):
+def test_a_decision_earns_the_discounted_rewards_of_its_executed_steps(tmp_path, record_steps):
     """Rewards of the act_steps actions are summed with γ^i up to the episode's end (the time-out bootstrapped
     from the true final observation); later steps of that chunk belong to no decision."""
     settings = {
@@ -66,15 +66,8 @@ def test_a_decision_earns_the_discounted_rewards_of_its_executed_steps(tmp_path)
         **CLASSES["flow_reinflow"],
     }
     runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
-    algo, env, steps = runner.algo, runner.env, []
-    original_step = env.step
-
-    def recording_step(action):
-        result = original_step(action)
-        steps.append(result)
-        return result
-
-    env.step = recording_step
+    algo, env = runner.algo, runner.env
+    steps = record_steps(env)
     batch, _ = algo._collect(env, runner.obs, lambda info: None)
     rewards = torch.stack([s[1] for s in steps])  # [8, N]
     truncated = torch.stack([s[3] for s in steps])
