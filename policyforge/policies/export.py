@@ -70,6 +70,7 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
                 input_names=names,
                 output_names=["action"],
                 dynamic_shapes=tuple({0: batch} for _ in example),
+                external_data=False,  # one self-contained file (weights inside), whatever the temp file's name
                 verbose=False,
             )
         else:
@@ -94,7 +95,10 @@ def load_exported(path: Path) -> Callable[..., np.ndarray]:
     if path.suffix == ".onnx":
         import onnxruntime
 
-        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1  # batch-1 control: extra threads only spin against the control loop
+        options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         names = [i.name for i in session.get_inputs()]
         return lambda *inputs: session.run(None, dict(zip(names, inputs, strict=True)))[0]
     with warnings.catch_warnings():
