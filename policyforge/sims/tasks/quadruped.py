@@ -35,6 +35,31 @@ DEFAULT_WEIGHTS = {
 }
 
 
+def policy_observation(
+    gyro: Array, orientation: Array, command: Array, joint_pos: Array, joint_vel: Array, last_action: Array, xp: Xp
+) -> Array:
+    """The policy's observation [N, 45] from what a real Go2 also measures: IMU gyro [N, 3] (rad/s) and
+    orientation quaternion [N, 4] (w, x, y, z), the velocity command [N, 3], joint positions and velocities
+    [N, 12] in motor order, and the previous action [N, 12]. Shared by the simulator and the deployment code."""
+    return xp.concatenate(
+        [
+            0.25 * gyro,
+            projected_gravity(orientation, xp),
+            command,
+            joint_pos - xp.asarray(STAND_QPOS),
+            0.05 * joint_vel,
+            last_action,
+        ],
+        axis=1,
+    )
+
+
+def joint_targets(action: Array, low: Array, high: Array, action_scale: float, xp: Xp) -> Array:
+    """PD position targets [N, 12] (rad) of actions [N, 12] in [-1, 1]: offsets from the standing pose, within
+    the joint range [low, high]. Shared by the simulator and the deployment code."""
+    return xp.clip(xp.asarray(STAND_QPOS) + action_scale * action, low, high)
+
+
 @dataclasses.dataclass
 class QuadrupedConfig(TaskConfig):
     """Options of `quadruped-walk`."""
@@ -123,8 +148,7 @@ class QuadrupedWalk(Task):
         return ResetState(xp.concatenate([root, joints], axis=1), xp.zeros((n, 18)), joints, None, vars_)
 
     def control(self, action: Array, state: TaskState, xp: Xp) -> Array:
-        target = xp.asarray(STAND_QPOS) + self.config.action_scale * action
-        return xp.clip(target, self.joint_low, self.joint_high)
+        return joint_targets(action, self.joint_low, self.joint_high, self.config.action_scale, xp)
 
     # -- state readout -----------------------------------------------------------------------------------
 
@@ -148,17 +172,14 @@ class QuadrupedWalk(Task):
 
     def observe(self, state: TaskState, xp: Xp) -> dict[str, Array]:
         sensordata = state.phys["sensordata"]
-        joints = self.sensor.group(sensordata, self.pos_sensors, xp) - xp.asarray(STAND_QPOS)
-        policy = xp.concatenate(
-            [
-                0.25 * self.sensor(sensordata, "gyro"),
-                self._gravity(sensordata, xp),
-                state.vars["command"],
-                joints,
-                0.05 * self.sensor.group(sensordata, self.vel_sensors, xp),
-                state.vars["last_action"],
-            ],
-            axis=1,
+        policy = policy_observation(
+            self.sensor(sensordata, "gyro"),
+            self.sensor(sensordata, "orientation"),
+            state.vars["command"],
+            self.sensor.group(sensordata, self.pos_sensors, xp),
+            self.sensor.group(sensordata, self.vel_sensors, xp),
+            state.vars["last_action"],
+            xp,
         )
         privileged = [
             self.sensor(sensordata, "local_linvel"),
