@@ -1,1 +1,20 @@
-"""Robot driver contract, safety filter, fixed-rate control loop and drivers: a later milestone."""
+"""Real robots: the driver contract (`robot`), the safety filter between policy and driver (`safety`), the
+fixed-rate control loop (`loop`), deployment of exported policies (`deploy`, `launch`), drivers (`go2`) and the
+simulated protocol peers their tests run against (`peers`). Drivers import their protocol libraries, so import
+them by module: `from policyforge.real_robot.go2 import Go2`."""
+
+from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
+from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
+from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
+
+__all__ = [
+    "Command",
+    "ControlLoop",
+    "LoopConfig",
+    "LoopReport",
+    "Robot",
+    "RobotSpec",
+    "RobotState",
+    "SafetyConfig",
+    "SafetyFilter",
+]

@@ -1,0 +1,241 @@
+"""The safety filter between a policy and a robot driver: no bad command reaches `Robot.send`.
+
+Every control tick the filter takes the policy's newest command (or none, when the policy runs slower than
+the robot) and the latest robot state, and returns the command to send:
+
+- a command with NaN/inf is rejected (the last accepted one stays in force);
+- targets are clamped to the joint limits, velocities and feed-forward torques to the spec's maxima, the
+  position target moves at most `max_step` rad per tick, and a PD target is kept close enough to the measured
+  joint that kp·(q* − q) stays within the torque limit;
+- an end-effector target outside the workspace box is clamped into it; a joint target whose forward
+  kinematics leaves the box is rejected;
+- no fresh state for `state_timeout` s, or no fresh command for `command_timeout` s → the robot's safe mode
+  (hold or damp); recovery is automatic while the fault lasts less than `estop_after` s;
+- a fault that lasts `estop_after` s, or `trigger_estop()`, latches an e-stop: the safe mode until `reset()`.
+
+Each intervention is counted by reason (`counts`) and logged when it starts.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+
+from policyforge.config import check
+from policyforge.real_robot.robot import Command, RobotSpec, RobotState, safe_command
+
+log = logging.getLogger("policyforge.safety")
+
+Mode = Literal["normal", "safe", "estop"]
+REASONS = (
+    "nonfinite",
+    "position_limit",
+    "velocity_limit",
+    "torque_limit",
+    "step_limit",
+    "workspace",
+    "stale_state",
+    "stale_command",
+    "estop",
+)
+"""Every reason an intervention is counted under."""
+
+
+@dataclasses.dataclass
+class SafetyConfig:
+    """Thresholds of the safety filter."""
+
+    state_timeout: float = 0.05
+    """No robot state newer than this many seconds → safe mode, s."""
+    command_timeout: float = 0.1
+    """No accepted policy command for this many seconds → safe mode, s."""
+    estop_after: float = 0.5
+    """A fault (stale state or command) lasting this long latches the e-stop, s."""
+    max_step: float = 0.1
+    """Largest change of a joint's position target from one tick to the next, rad."""
+
+    def __post_init__(self) -> None:
+        for name in ("state_timeout", "command_timeout", "estop_after", "max_step"):
+            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass
+class Filtered:
+    """What the filter decided this tick."""
+
+    command: Command
+    """The command to send."""
+    mode: Mode
+    """normal: the policy's (possibly clamped) command; safe: hold/damp; estop: latched safe mode."""
+    reasons: tuple[str, ...]
+    """The interventions of this tick (empty when the command passed untouched)."""
+
+
+class SafetyFilter:
+    """See the module docstring. `forward_kinematics`: joint positions [J] → end-effector position [3] (arms
+    with a workspace box)."""
+
+    def __init__(
+        self,
+        spec: RobotSpec,
+        config: SafetyConfig | None = None,
+        forward_kinematics: Callable[[np.ndarray], np.ndarray] | None = None,
+    ):
+        self.spec, self.config, self.forward_kinematics = spec, config or SafetyConfig(), forward_kinematics
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.events: collections.deque[tuple[float, str]] = collections.deque(maxlen=1000)
+        """(time, reason) of each intervention that started (the last 1,000)."""
+        self._accepted: Command | None = None
+        self._accepted_at = -np.inf
+        self._last_sent: Command | None = None
+        self._safe: Command | None = None
+        self._fault_since: float | None = None
+        self._estop_reason: str | None = None
+        self._active: set[str] = set()
+        self._logged: dict[str, tuple[float, int]] = {}
+
+    @property
+    def estopped(self) -> bool:
+        return self._estop_reason is not None
+
+    def trigger_estop(self, reason: str, now: float) -> None:
+        """Latch the e-stop (e.g. an operator's button, a peer that died)."""
+        if self._estop_reason is None:
+            self._estop_reason = reason
+            self.events.append((now, "estop"))
+            log.error("e-stop latched: %s", reason)
+
+    def reset(self, state: RobotState, now: float) -> None:
+        """Clear a latched e-stop; only with a fresh state. The next command starts from the measured pose."""
+        if now - state.stamp > self.config.state_timeout:
+            raise RuntimeError(
+                f"cannot reset the e-stop: the robot state is {now - state.stamp:.3f} s old "
+                f"(> state_timeout {self.config.state_timeout} s); restore the connection first"
+            )
+        self._estop_reason, self._fault_since, self._safe = None, None, None
+        self._accepted, self._accepted_at, self._last_sent = None, -np.inf, None
+        log.warning("e-stop reset")
+
+    def __call__(self, command: Command | None, state: RobotState, now: float) -> Filtered:
+        """The command to send at time `now` (monotonic s), given the policy's new `command` (None: no new one
+        this tick) and the latest `state`."""
+        reasons: set[str] = set()
+        if command is not None:
+            accepted = self._check_new(command, state, reasons)
+            if accepted is not None:
+                self._accepted, self._accepted_at = accepted, now
+        faults = self._faults(state, now)
+        reasons |= faults
+        if faults:
+            self._fault_since = now if self._fault_since is None else self._fault_since
+            if now - self._fault_since >= self.config.estop_after:
+                self.trigger_estop(f"{' and '.join(sorted(faults))} for {now - self._fault_since:.2f} s", now)
+        else:
+            self._fault_since = None
+        if self.estopped or faults:
+            return self._safe_output(state, now, reasons)
+        self._safe = None
+        out = self._limit_motion(self._accepted, state, reasons)
+        self._last_sent = out
+        self._note(reasons, now)
+        return Filtered(out, "normal", tuple(sorted(reasons)))
+
+    # -- steps -------------------------------------------------------------------------------------------
+
+    def _check_new(self, command: Command, state: RobotState, reasons: set[str]) -> Command | None:
+        """The policy's command with static limits applied, or None when it must be rejected."""
+        arrays = [a for a in dataclasses.astuple(command) if a is not None]
+        if not all(np.all(np.isfinite(np.asarray(a, dtype=np.float64))) for a in arrays):
+            reasons.add("nonfinite")
+            return None
+        spec, out = self.spec, command.copy()
+        if out.ee_target is not None and spec.workspace_low is not None:
+            clamped = np.clip(out.ee_target, spec.workspace_low, spec.workspace_high)
+            if not np.array_equal(clamped, out.ee_target):
+                reasons.add("workspace")
+            out.ee_target = clamped
+        position = np.clip(out.position, spec.position_low, spec.position_high)
+        if not np.array_equal(position, out.position):
+            reasons.add("position_limit")
+        out.position = position
+        if self.forward_kinematics is not None and spec.workspace_low is not None and out.ee_target is None:
+            ee = self.forward_kinematics(out.position)
+            if np.any(ee < spec.workspace_low) or np.any(ee > spec.workspace_high):
+                reasons.add("workspace")
+                return None
+        if out.velocity is not None:
+            velocity = np.clip(out.velocity, -spec.max_velocity, spec.max_velocity)
+            reasons |= {"velocity_limit"} if not np.array_equal(velocity, out.velocity) else set()
+            out.velocity = velocity
+        if out.torque is not None:
+            torque = np.clip(out.torque, -spec.max_torque, spec.max_torque)
+            reasons |= {"torque_limit"} if not np.array_equal(torque, out.torque) else set()
+            out.torque = torque
+        return out
+
+    def _faults(self, state: RobotState, now: float) -> set[str]:
+        faults = set()
+        fresh = now - state.stamp <= self.config.state_timeout
+        if not fresh or not (np.all(np.isfinite(state.joint_pos)) and np.all(np.isfinite(state.joint_vel))):
+            faults.add("stale_state")
+        if now - self._accepted_at > self.config.command_timeout:
+            faults.add("stale_command")
+        return faults
+
+    def _limit_motion(self, command: Command, state: RobotState, reasons: set[str]) -> Command:
+        """Per-tick limits that depend on the last sent command and the measured state."""
+        out = command.copy()
+        previous = self._step_reference(state)
+        step = self.config.max_step
+        position = np.clip(out.position, previous - step, previous + step)
+        if not np.array_equal(position, out.position):
+            reasons.add("step_limit")
+        if out.kp is not None:  # kp·|q* − q| + |τ_ff| ≤ τ_max; this only pulls the target towards the joint
+            feedforward = np.abs(out.torque) if out.torque is not None else 0.0
+            reach = np.maximum(self.spec.max_torque - feedforward, 0.0) / np.maximum(out.kp, 1e-9)
+            bounded = np.clip(position, state.joint_pos - reach, state.joint_pos + reach)
+            if not np.array_equal(bounded, position):
+                reasons.add("torque_limit")
+            position = bounded
+        out.position = np.clip(position, self.spec.position_low, self.spec.position_high)
+        return out
+
+    def _step_reference(self, state: RobotState) -> np.ndarray:
+        """Where each joint's target may step from: the last target sent, or the measured position for joints
+        that were not tracking one (nothing sent yet, or zero stiffness while damping)."""
+        last = self._last_sent
+        if last is None:
+            return state.joint_pos
+        if last.kp is None:
+            return last.position
+        return np.where(last.kp > 0, last.position, state.joint_pos)
+
+    def _safe_output(self, state: RobotState, now: float, reasons: set[str]) -> Filtered:
+        if self._safe is None:  # entering safe mode: hold where the robot is now (or damp)
+            holding = self._last_sent.position if self._last_sent is not None else state.joint_pos
+            if not np.all(np.isfinite(holding)):
+                holding = np.clip(np.nan_to_num(holding), self.spec.position_low, self.spec.position_high)
+            self._safe = safe_command(self.spec, dataclasses.replace(state, joint_pos=holding))
+        if self.estopped:
+            reasons.add("estop")
+        self._last_sent = self._safe
+        self._note(reasons, now)
+        return Filtered(self._safe.copy(), "estop" if self.estopped else "safe", tuple(sorted(reasons)))
+
+    def _note(self, reasons: set[str], now: float) -> None:
+        """Count this tick's interventions; record the ones that just started and log them (each reason at
+        most once a second, with the count since its last log line)."""
+        for reason in reasons:
+            self.counts[reason] += 1
+        for reason in reasons - self._active - {"estop"}:  # trigger_estop records its own event
+            self.events.append((now, reason))
+            if now - self._logged.get(reason, (-np.inf, 0))[0] >= 1.0:
+                since = self.counts[reason] - self._logged.get(reason, (0, 0))[1]
+                log.warning("safety: %s (%d tick(s) since the last report)", reason, since)
+                self._logged[reason] = (now, self.counts[reason])
+        self._active = set(reasons)
