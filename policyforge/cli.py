@@ -9,6 +9,7 @@ policyforge bench NAME [args ...]                     run bench/NAME.py from the
 policyforge envs                                      list the tasks
 policyforge tour [key=value ...]                      scripted controllers on every task, with videos
 policyforge collect TASK --episodes N [options]       scripted-expert demonstrations → LeRobot v3.0 dataset
+policyforge deploy RUN_DIR|POLICY --robot go2 [--peer sim]  run a policy on a robot through the safety filter
 """
 
 from __future__ import annotations
@@ -227,6 +228,48 @@ def _collect(args: argparse.Namespace, console: Console) -> None:
     )
 
 
+def _deploy(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.real_robot.launch import DeployConfig, deploy
+
+    try:
+        command = tuple(float(x) for x in args.command.split(","))
+    except ValueError:
+        command = ()
+    if len(command) != 3:
+        raise ConfigError("--command", f"give vx,vy,yaw_rate (m/s, m/s, rad/s), e.g. 0.5,0,0; got {args.command!r}")
+    config = DeployConfig(
+        source=Path(args.source),
+        robot=args.robot,
+        peer=args.peer,
+        seconds=args.seconds,
+        velocity_command=command,
+        interface=args.interface,
+        domain_id=args.domain_id,
+        record=Path(args.record) if args.record else None,
+        motion_mode_released=args.motion_mode_released,
+    )
+    report, facts = deploy(config)
+    table = Table(title=f"deploy {args.source} on {args.robot}" + (f" ({args.peer} peer)" if args.peer else ""))
+    table.add_column("")
+    table.add_column("value")
+    jitter = report.jitter_ms
+    rows = {
+        "ticks / policy steps": f"{report.ticks} / {report.policy_steps}",
+        "jitter median / p99 / max": f"{jitter['median']:.2f} / {jitter['p99']:.2f} / {jitter['max']:.2f} ms",
+        "overruns": str(report.overruns),
+        "safety interventions": ", ".join(f"{k} {v}" for k, v in sorted(report.interventions.items())) or "none",
+        "final mode": report.final_mode,
+    }
+    if facts:
+        rows["peer: base moved (x, y)"] = "{:.2f}, {:.2f} m".format(*facts["displacement"])
+        rows["peer: unsafe commands"] = str(sum(facts["unsafe"].values()))
+    if config.record:
+        rows["recorded to"] = str(config.record)
+    for key, value in rows.items():
+        table.add_row(key, value)
+    console.print(table)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="policyforge", description="Robot learning in parallel simulation.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -291,6 +334,19 @@ def _parser() -> argparse.ArgumentParser:
         "--policy", default=None, help="a training run directory whose policy demonstrates (e.g. a PPO expert)"
     )
     collecting.set_defaults(run=_collect)
+    deploying = commands.add_parser("deploy", help="run a trained policy on a robot (or its simulated peer), safely")
+    deploying.add_argument("source", help="a run directory (exported to ONNX if needed) or an exported policy file")
+    deploying.add_argument("--robot", default="go2", help="robot driver: go2")
+    deploying.add_argument("--peer", default=None, choices=["sim"], help="drive the robot's simulated protocol peer")
+    deploying.add_argument("--seconds", type=float, default=10.0, help="how long the policy runs")
+    deploying.add_argument("--command", default="0.5,0,0", help="velocity command vx,vy,yaw_rate (legged robots)")
+    deploying.add_argument("--interface", default="lo", help="network interface of the robot link, e.g. eth0")
+    deploying.add_argument("--domain-id", type=int, default=None, help="DDS domain (default 0; random with a peer)")
+    deploying.add_argument("--record", default=None, help="append the episode to this LeRobot dataset directory")
+    deploying.add_argument(
+        "--motion-mode-released", action="store_true", help="hardware Go2: its sport mode has been released"
+    )
+    deploying.set_defaults(run=_deploy)
     return parser
 
 

@@ -1,0 +1,89 @@
+"""Deploying a trained policy: the exported file run one observation at a time, the task adapters that build
+observations and commands with the simulator's own code, and `deploy()` behind `policyforge deploy`."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from policyforge.policies.export import load_exported
+from policyforge.real_robot.robot import Command, RobotState
+from policyforge.sims.task import asset_path
+from policyforge.sims.tasks.quadruped import JOINT_NAMES, STAND_QPOS, QuadrupedConfig, joint_targets, policy_observation
+
+
+class ExportedPolicy:
+    """An exported policy (ONNX or TorchScript, see `policyforge export`) as obs [D] → action [A]: keeps the
+    observation history of chunked policies and executes `act_steps` actions of each chunk, like the
+    simulator's `ChunkedActor`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        description = self.path.with_suffix(".json")
+        if not description.exists():
+            raise FileNotFoundError(f"{description} is missing: export with `policyforge export RUN` (it writes both)")
+        self.spec = json.loads(description.read_text())
+        if self.spec.get("image_shape"):
+            raise ValueError(f"{self.path} takes camera images; deploying image policies is not supported yet")
+        self.run = load_exported(self.path)
+        self.action_dim = int(self.spec["action_dim"])
+        self.history_len = int(self.spec.get("n_obs_steps") or 0)
+        self.act_steps = int(self.spec.get("act_steps") or self.spec.get("chunk_len", 1))
+        self.reset()
+
+    def reset(self) -> None:
+        self.history: collections.deque[np.ndarray] = collections.deque(maxlen=max(self.history_len, 1))
+        self.chunk: np.ndarray | None = None
+        self.cursor = self.act_steps
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        obs = np.asarray(obs, dtype=np.float32)
+        if not self.history:
+            self.history.extend([obs] * self.history.maxlen)  # a new episode: the first frame fills the history
+        else:
+            self.history.append(obs)
+        if self.cursor >= self.act_steps:
+            batch = np.stack(self.history)[None] if self.history_len else obs[None]
+            self.chunk, self.cursor = np.asarray(self.run(batch))[0].reshape(-1, self.action_dim), 0
+        action = self.chunk[self.cursor]
+        self.cursor += 1
+        return action
+
+
+@dataclasses.dataclass
+class QuadrupedAdapter:
+    """`quadruped-walk` on a Go2: the task's observation and PD-target code, the simulator's actuator gains."""
+
+    task: QuadrupedConfig
+    """The trained run's task options (action scale)."""
+    velocity_command: tuple[float, float, float] = (0.5, 0.0, 0.0)
+    """Commanded forward, sideways (m/s) and turn (rad/s) velocity."""
+
+    def __post_init__(self) -> None:
+        model = mujoco.MjModel.from_xml_path(str(asset_path("go2.xml")))
+        self.kp = model.actuator_gainprm[:12, 0].copy()
+        self.kd = -model.actuator_biasprm[:12, 2].copy()
+        ranges = model.jnt_range[[model.joint(name).id for name in JOINT_NAMES]]
+        self.low, self.high = ranges[:, 0].copy(), ranges[:, 1].copy()
+        self.action_dim = 12
+        self.default_pose = STAND_QPOS.copy()
+
+    def observation(self, state: RobotState, last_action: np.ndarray) -> np.ndarray:
+        rows = [state.gyro, state.imu_quat, np.asarray(self.velocity_command), state.joint_pos, state.joint_vel]
+        return policy_observation(*(np.asarray(r, np.float64)[None] for r in rows), last_action[None], np)[0]
+
+    def command(self, action: np.ndarray) -> Command:
+        return self.pose_command(
+            joint_targets(np.asarray(action)[None], self.low, self.high, self.task.action_scale, np)[0]
+        )
+
+    def pose_command(self, position: np.ndarray) -> Command:
+        zeros = np.zeros(12)
+        return Command(
+            position=np.asarray(position, np.float64), velocity=zeros, torque=zeros.copy(), kp=self.kp, kd=self.kd
+        )

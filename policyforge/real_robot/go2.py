@@ -1,0 +1,199 @@
+"""Unitree Go2 low-level driver over DDS: `rt/lowcmd` out, `rt/lowstate` in, with Unitree's own message types
+(`unitree_sdk2py`, wire-compatible with the official SDK) and its CRC32 on every LowCmd.
+
+On a real Go2 the sport (motion) mode must be released first (Unitree app or `MotionSwitcherClient`), or the
+robot's own controller fights these commands; the driver refuses to connect without `motion_mode_released=True`
+as a reminder. Motors 12–19 of the 20-slot message are unused on the Go2 and are sent Unitree's "stop" values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+import mujoco
+import numpy as np
+from cyclonedds.core import Policy, Qos
+from cyclonedds.pub import DataWriter
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+from unitree_sdk2py.idl.default import unitree_go_msg_dds__LowCmd_, unitree_go_msg_dds__LowState_
+from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_, LowState_
+from unitree_sdk2py.utils.crc import CRC
+
+from policyforge.real_robot import dds
+from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
+from policyforge.sims.task import asset_path
+from policyforge.sims.tasks.quadruped import JOINT_NAMES
+
+NUM_MOTORS = 12
+LOWCMD_TOPIC, LOWSTATE_TOPIC = "rt/lowcmd", "rt/lowstate"
+HEAD = (0xFE, 0xEF)
+LOW_LEVEL = 0xFF
+SERVO_MODE = 0x01
+POS_STOP, VEL_STOP = 2.146e9, 16000.0
+"""Unitree's "no position / velocity target" values for unused motor slots."""
+MAX_JOINT_SPEED = 30.0
+"""Go2 motor no-load speed bound used as the velocity limit, rad/s."""
+DAMPING_KD = 3.0
+"""Damping gain of the safe mode, N·m·s/rad."""
+
+
+@functools.cache
+def go2_spec() -> RobotSpec:
+    """Joint order, limits and rates of the Go2, read from the simulator's model (go2.xml) so that sim and
+    deployment share one source."""
+    model = mujoco.MjModel.from_xml_path(str(asset_path("go2.xml")))
+    joints = [model.joint(name).id for name in JOINT_NAMES]
+    return RobotSpec(
+        name="unitree-go2",
+        joint_names=JOINT_NAMES,
+        position_low=model.jnt_range[joints, 0].copy(),
+        position_high=model.jnt_range[joints, 1].copy(),
+        max_velocity=np.full(NUM_MOTORS, MAX_JOINT_SPEED),
+        max_torque=model.actuator_forcerange[:NUM_MOTORS, 1].copy(),
+        control_rate_hz=500.0,
+        safe_mode="damp",
+        damping_kd=np.full(NUM_MOTORS, DAMPING_KD),
+    )
+
+
+# -- messages (shared with the simulated peer) -------------------------------------------------------------
+
+
+def lowcmd_message(command: Command) -> LowCmd_:
+    """A LowCmd_ with CRC for `command` (arrays [12]; missing velocity/torque/gains are 0)."""
+    msg = unitree_go_msg_dds__LowCmd_()
+    msg.head, msg.level_flag = list(HEAD), LOW_LEVEL
+    zeros = np.zeros(NUM_MOTORS)
+    fields = [command.position, command.velocity, command.torque, command.kp, command.kd]
+    q, dq, tau, kp, kd = (zeros if a is None else np.asarray(a, dtype=np.float32) for a in fields)
+    for i, motor in enumerate(msg.motor_cmd):
+        if i < NUM_MOTORS:
+            motor.mode, motor.q, motor.dq, motor.tau = SERVO_MODE, float(q[i]), float(dq[i]), float(tau[i])
+            motor.kp, motor.kd = float(kp[i]), float(kd[i])
+        else:
+            motor.q, motor.dq = POS_STOP, VEL_STOP
+    msg.crc = CRC().Crc(msg)
+    return msg
+
+
+def lowcmd_command(msg: LowCmd_) -> Command:
+    """The joint command [12] a LowCmd_ carries (what the motors will track)."""
+    motors = msg.motor_cmd[:NUM_MOTORS]
+    column = lambda name: np.array([getattr(m, name) for m in motors], dtype=np.float64)  # noqa: E731
+    return Command(column("q"), column("dq"), column("tau"), column("kp"), column("kd"))
+
+
+def lowstate_state(msg: LowState_, stamp: float) -> RobotState:
+    """The RobotState a LowState_ carries, received at `stamp` (monotonic s)."""
+    motors = msg.motor_state[:NUM_MOTORS]
+    column = lambda name: np.array([getattr(m, name) for m in motors], dtype=np.float64)  # noqa: E731
+    imu = msg.imu_state
+    return RobotState(
+        stamp=stamp,
+        joint_pos=column("q"),
+        joint_vel=column("dq"),
+        joint_torque=column("tau_est"),
+        imu_quat=np.array(imu.quaternion, dtype=np.float64),
+        gyro=np.array(imu.gyroscope, dtype=np.float64),
+        accelerometer=np.array(imu.accelerometer, dtype=np.float64),
+        sequence=int(msg.tick),
+    )
+
+
+def crc_ok(msg: LowCmd_ | LowState_) -> bool:
+    return CRC().Crc(msg) == msg.crc
+
+
+def empty_lowstate() -> LowState_:
+    return unitree_go_msg_dds__LowState_()
+
+
+# -- driver ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Go2Config:
+    """Connection to a Go2 (or its simulated peer)."""
+
+    interface: str = "lo"
+    """Network interface of the robot's Ethernet link (e.g. "eth0"); "lo" for the simulated peer."""
+    domain_id: int = 0
+    """DDS domain (the Go2 uses 0)."""
+    motion_mode_released: bool = False
+    """Set once the Go2's sport mode is released (required on hardware; the simulated peer has none)."""
+
+
+class Go2(Robot):
+    """Unitree Go2 in low-level mode. `observe()` returns the newest LowState with a valid CRC (corrupt ones
+    are counted in `stats`); `send()` publishes one LowCmd."""
+
+    def __init__(self, config: Go2Config | None = None):
+        self.config = config or Go2Config()
+        self.spec = go2_spec()
+        self.stats = {"states": 0, "bad_crc_states": 0, "commands": 0, "max_state_gap_ms": 0.0}
+        self._latest: RobotState | None = None
+        self._participant = self._writer = self._reader = None
+
+    def connect(self, timeout: float = 5.0) -> None:
+        if self.config.interface != "lo" and not self.config.motion_mode_released:
+            raise RuntimeError(
+                "Go2: release the sport (motion) mode first (Unitree app or MotionSwitcherClient.ReleaseMode()), "
+                "then pass motion_mode_released=True; otherwise the robot's controller fights the low-level commands"
+            )
+        self._participant = dds.participant(self.config.domain_id, self.config.interface)
+        self._writer = DataWriter(self._participant, Topic(self._participant, LOWCMD_TOPIC, LowCmd_))
+        newest_only = Qos(Policy.History.KeepLast(1), Policy.Reliability.BestEffort)
+        self._reader = DataReader(
+            self._participant, Topic(self._participant, LOWSTATE_TOPIC, LowState_), qos=newest_only
+        )
+        deadline = time.monotonic() + timeout
+        while self._poll() is None:
+            if time.monotonic() > deadline:
+                self.disconnect()
+                raise ConnectionError(
+                    f"Go2: no rt/lowstate within {timeout} s on interface {self.config.interface!r}, DDS domain "
+                    f"{self.config.domain_id}: is the robot (or `policyforge deploy --peer sim`) running there?"
+                )
+            time.sleep(0.002)
+
+    def _poll(self) -> RobotState | None:
+        """Take the newest LowState, if one came since the last poll (the reader keeps only the newest, so a
+        500 Hz stream costs one deserialisation per poll, not per message)."""
+        for msg in self._reader.take(N=1):
+            if not isinstance(msg, LowState_):  # a disposed instance (the peer left)
+                continue
+            if not crc_ok(msg):
+                self.stats["bad_crc_states"] += 1
+                continue
+            state = lowstate_state(msg, time.monotonic())
+            self.stats["states"] += 1
+            if self._latest is not None:
+                gap_ms = (state.stamp - self._latest.stamp) * 1e3
+                self.stats["max_state_gap_ms"] = max(self.stats["max_state_gap_ms"], gap_ms)
+            self._latest = state
+        return self._latest
+
+    def observe(self) -> RobotState:
+        """The newest state; its `stamp` is when this driver first saw it (a repeat keeps its old stamp)."""
+        if self._reader is None:
+            raise RuntimeError("Go2: not connected (call connect() or use `with Go2(...) as robot`)")
+        return self._poll()
+
+    def send(self, command: Command) -> Command:
+        msg = lowcmd_message(command)
+        self._writer.write(msg)
+        self.stats["commands"] += 1
+        return lowcmd_command(msg)
+
+    def disconnect(self) -> None:
+        if self._writer is None:
+            return
+        if self._latest is not None:  # the motors keep the last command: make it damping
+            zeros = np.zeros(NUM_MOTORS)
+            damp = Command(self._latest.joint_pos, zeros, zeros, zeros, self.spec.damping_kd)
+            for _ in range(3):
+                self.send(damp)
+        self._writer = self._reader = self._participant = None

@@ -1,0 +1,155 @@
+"""`policyforge deploy`: an exported policy on a robot (or on a simulated protocol peer), through the safety
+filter and the fixed-rate loop; the episode is recorded as a LeRobot dataset for later fine-tuning."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from policyforge.config import ConfigError
+from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
+from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
+from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
+
+ROBOTS = {"go2": "quadruped-walk"}
+"""Robots `deploy` drives → the task their policies are trained on."""
+
+
+@dataclasses.dataclass
+class DeployConfig:
+    """One deployment."""
+
+    source: Path
+    """A training run directory (its policy is exported to ONNX first if needed) or an exported .onnx/.pt file."""
+    robot: str = "go2"
+    """Which robot: one of ROBOTS."""
+    peer: str | None = None
+    """"sim": start the robot's simulated protocol peer on the loopback and drive that."""
+    seconds: float = 10.0
+    """Length of the policy phase, s."""
+    velocity_command: tuple[float, float, float] = (0.5, 0.0, 0.0)
+    """Legged robots: forward, sideways (m/s) and turn (rad/s) command."""
+    interface: str = "lo"
+    """Network interface of the robot link (ignored with a peer: loopback)."""
+    domain_id: int | None = None
+    """DDS domain (default: 0 on hardware, a random free one with a peer)."""
+    record: Path | None = None
+    """Dataset directory to append the episode to (LeRobot v3.0)."""
+    motion_mode_released: bool = False
+    """Hardware Go2: confirm its sport mode is released."""
+    safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
+    """Safety-filter thresholds."""
+
+
+def resolve_policy(source: Path) -> Path:
+    """The exported policy file of `source`: the file itself, or a run's export/policy.onnx (made if missing)."""
+    source = Path(source)
+    if source.is_file():
+        return source
+    if not (source / "config.yaml").is_file():
+        raise FileNotFoundError(f"{source} is neither an exported policy (.onnx/.pt) nor a run directory")
+    exported = source / "export" / "policy.onnx"
+    if not exported.is_file():
+        subprocess.run([sys.executable, "-m", "policyforge.cli", "export", str(source), "--format", "onnx"], check=True)
+    return exported
+
+
+@contextlib.contextmanager
+def simulated_peer(robot: str, domain_id: int, stats_path: Path, seconds: float | None = None) -> Iterator[Path]:
+    """Run the robot's simulated protocol peer in a subprocess on the loopback while inside; yields the path
+    of its facts (JSON). Leaving stops it (SIGTERM) and waits for its final facts."""
+    if robot != "go2":
+        raise ConfigError("robot", f"no simulated peer for {robot!r} yet; peers: ['go2']")
+    command = [sys.executable, "-m", "policyforge.real_robot.peers.go2_sim", "--domain-id", str(domain_id)]
+    command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else [])
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        yield stats_path
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def read_facts(stats_path: Path) -> dict:
+    """The peer's latest facts (empty before its first write)."""
+    return json.loads(stats_path.read_text()) if stats_path.exists() else {}
+
+
+def free_domain_id() -> int:
+    """A DDS domain id unlikely to be in use by another test or robot on this host."""
+    return random.SystemRandom().randint(100, 230)
+
+
+def deploy(config: DeployConfig, on_report=None) -> tuple[LoopReport, dict]:
+    """Run the deployment; returns the loop's report and, with a peer, the peer's final facts."""
+    from policyforge.real_robot.go2 import Go2, Go2Config
+
+    if config.robot not in ROBOTS:
+        raise ConfigError("robot", f"unknown robot {config.robot!r}; drivers: {sorted(ROBOTS)}")
+    policy = ExportedPolicy(resolve_policy(config.source))
+    task = policy.spec.get("task")
+    if task != ROBOTS[config.robot]:
+        raise ConfigError("robot", f"{config.robot} runs {ROBOTS[config.robot]} policies; this one is for {task!r}")
+    from policyforge.config import from_dict
+    from policyforge.sims.tasks.quadruped import QuadrupedConfig
+
+    adapter = QuadrupedAdapter(
+        from_dict(QuadrupedConfig, policy.spec.get("task_options") or {}), config.velocity_command
+    )
+    policy_rate = 1.0 / float(policy.spec["control_dt"])
+    domain = config.domain_id if config.domain_id is not None else (free_domain_id() if config.peer else 0)
+    interface = "lo" if config.peer else config.interface
+    with contextlib.ExitStack() as stack:
+        facts_path = None
+        if config.peer == "sim":
+            tmp = stack.enter_context(_temporary_dir())
+            facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
+        elif config.peer is not None:
+            raise ConfigError("peer", f"unknown peer {config.peer!r}; use 'sim' or leave it out for hardware")
+        robot = Go2(Go2Config(interface=interface, domain_id=domain, motion_mode_released=config.motion_mode_released))
+        with robot:
+            safety = SafetyFilter(robot.spec, config.safety)
+            loop_config = LoopConfig(
+                rate_hz=robot.spec.control_rate_hz, policy_rate_hz=policy_rate, seconds=config.seconds
+            )
+            report = ControlLoop(robot, safety, policy, adapter, loop_config).run()
+        if config.record is not None and report.policy_steps:
+            _record(config.record, report, policy_rate, task)
+        facts = {}
+        if facts_path is not None:
+            time.sleep(0.2)  # the peer writes its facts ten times a second
+            facts = read_facts(facts_path)
+    return report, facts
+
+
+def _record(root: Path, report: LoopReport, fps: float, task: str) -> None:
+    from policyforge.data.dataset import DemoWriter
+
+    states, actions = report.observations, report.actions.reshape(len(report.actions), -1)
+    steps = len(states)
+    writer = DemoWriter(root, round(fps), states.shape[1], actions.shape[1], task_name=task, robot_type="real")
+    dones = np.zeros(steps, bool)
+    dones[-1] = True
+    writer.add_episode(states, actions, np.zeros(steps, np.float32), dones, np.zeros(steps, bool))
+
+
+@contextlib.contextmanager
+def _temporary_dir() -> Iterator[Path]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="policyforge-peer-") as name:
+        yield Path(name)

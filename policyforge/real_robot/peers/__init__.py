@@ -1,0 +1,1 @@
+"""Simulated robots that speak the real robots' protocols on the loopback, for driver tests and dry runs."""

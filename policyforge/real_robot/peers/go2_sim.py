@@ -1,0 +1,269 @@
+"""A simulated Unitree Go2 that speaks the real low-level DDS protocol: the `quadruped-walk` MuJoCo model at
+500 Hz, subscribed to `rt/lowcmd` and publishing `rt/lowstate`, both with Unitree's message types and CRC.
+
+Each physics step the motors apply τ = τ_ff + kp (q* − q) + kd (q̇* − q̇) (saturated at the motors' torque
+limits) from the newest LowCmd with a valid CRC. Unlike the usual sim bridges, the peer drops to damping when
+no valid command arrived for `command_timeout` s, as a safe real robot's firmware should be assumed *not* to.
+It starts lying down (joints folded, damping) and audits every command it receives against the Go2's limits,
+so tests can count unsafe commands that reached "the motors". Facts go to `stats_path` (JSON, atomically,
+ten times a second and at exit).
+
+    python -m policyforge.real_robot.peers.go2_sim --domain-id 7 --stats /tmp/go2.json [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import time
+from pathlib import Path
+
+import mujoco
+import numpy as np
+from cyclonedds.core import Policy, Qos
+from cyclonedds.pub import DataWriter
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+from cyclonedds.util import duration
+from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_, LowState_
+from unitree_sdk2py.utils.crc import CRC
+
+from policyforge.io import atomic_path
+from policyforge.real_robot import dds
+from policyforge.real_robot.go2 import (
+    LOWCMD_TOPIC,
+    LOWSTATE_TOPIC,
+    NUM_MOTORS,
+    SERVO_MODE,
+    empty_lowstate,
+    go2_spec,
+    lowcmd_command,
+)
+from policyforge.real_robot.robot import Command
+from policyforge.sims.task import asset_path
+from policyforge.sims.tasks.quadruped import JOINT_NAMES
+from policyforge.sims.xmath import projected_gravity
+
+LYING_QPOS = np.tile([0.0, 1.36, -2.65], 4)
+"""Folded legs, trunk on the ground: how a Go2 waits for low-level commands."""
+TOLERANCE = 1e-3
+"""Slack of the command audit (float32 rounding), rad or N·m."""
+STEP_TOLERANCE = 0.01
+"""Slack of the step audit, rad: after damping the driver steps from the joint as it saw it a few ms ago."""
+
+
+@dataclasses.dataclass
+class Go2PeerConfig:
+    """The simulated Go2."""
+
+    domain_id: int = 0
+    """DDS domain."""
+    interface: str = "lo"
+    """Network interface (loopback)."""
+    rate_hz: float = 500.0
+    """Physics and LowState rate, Hz (the real robot's low-level rate)."""
+    command_timeout: float = 0.05
+    """No valid LowCmd for this long → damping, s."""
+    damping_kd: float = 3.0
+    """Damping gain of the fallback, N·m·s/rad."""
+    max_step: float = 0.1
+    """The audit's bound on a joint target's change between consecutive commands, rad."""
+    seconds: float | None = None
+    """Stop after this much simulated time (None: until SIGTERM/SIGINT)."""
+    stats_path: Path | None = None
+    """Where to write the facts (JSON)."""
+
+
+class SimulatedGo2:
+    """MuJoCo Go2 with torque-controlled motors: `step(command)` applies one LowCmd's PD law for one step."""
+
+    def __init__(self, rate_hz: float):
+        self.model = mujoco.MjModel.from_xml_path(str(asset_path("go2.xml")))
+        self.model.opt.timestep = 1.0 / rate_hz
+        self.model.actuator_gaintype[:] = mujoco.mjtGain.mjGAIN_FIXED
+        self.model.actuator_biastype[:] = mujoco.mjtBias.mjBIAS_NONE
+        self.model.actuator_gainprm[:, 0] = 1.0  # ctrl is the motor torque
+        self.model.actuator_ctrlrange[:] = self.model.actuator_forcerange
+        self.model.actuator_ctrllimited[:] = True
+        self.data = mujoco.MjData(self.model)
+        self.qpos_ids = np.array([self.model.jnt_qposadr[self.model.joint(j).id] for j in JOINT_NAMES])
+        self.qvel_ids = np.array([self.model.jnt_dofadr[self.model.joint(j).id] for j in JOINT_NAMES])
+        self.data.qpos[:7] = [0.0, 0.0, 0.12, 1.0, 0.0, 0.0, 0.0]
+        self.data.qpos[self.qpos_ids] = LYING_QPOS
+        mujoco.mj_forward(self.model, self.data)
+        self.tick = 0
+
+    @property
+    def joint_pos(self) -> np.ndarray:
+        return self.data.qpos[self.qpos_ids]
+
+    @property
+    def joint_vel(self) -> np.ndarray:
+        return self.data.qvel[self.qvel_ids]
+
+    def step(self, command: Command | None, damping_kd: float) -> None:
+        """One physics step under `command` (None: damping)."""
+        q, dq = self.joint_pos, self.joint_vel
+        if command is None:
+            torque = -damping_kd * dq
+        else:
+            torque = command.torque + command.kp * (command.position - q) + command.kd * (command.velocity - dq)
+        self.data.ctrl[:NUM_MOTORS] = torque
+        mujoco.mj_step(self.model, self.data)
+        self.tick += 1
+
+    def sensor(self, name: str) -> np.ndarray:
+        return self.data.sensor(name).data
+
+    def lowstate(self) -> LowState_:
+        msg = empty_lowstate()
+        msg.head, msg.level_flag, msg.tick = [0xFE, 0xEF], 0xFF, self.tick * 2  # the Go2 counts milliseconds
+        imu = msg.imu_state
+        imu.quaternion = [float(x) for x in self.sensor("orientation")]
+        imu.gyroscope = [float(x) for x in self.sensor("gyro")]
+        imu.accelerometer = [float(x) for x in self.sensor("accelerometer")]
+        torque = self.data.actuator_force[:NUM_MOTORS]
+        for i, motor in enumerate(msg.motor_state[:NUM_MOTORS]):
+            motor.mode, motor.q, motor.dq, motor.tau_est = (
+                SERVO_MODE,
+                *map(float, (self.joint_pos[i], self.joint_vel[i], torque[i])),
+            )
+        msg.foot_force = [int(min(self.sensor(f"{leg}_touch")[0], 30000)) for leg in ("FR", "FL", "RR", "RL")]
+        msg.crc = CRC().Crc(msg)
+        return msg
+
+    @property
+    def base_position(self) -> np.ndarray:
+        return self.data.qpos[:3].copy()
+
+
+class CommandAudit:
+    """Counts received commands that would be unsafe on the motors, by reason: non-finite values, targets
+    beyond the joint limits, feed-forward plus PD torque beyond the motors' limits, velocity targets beyond
+    the maximum, and targets moving more than `max_step` from one command to the next away from the joint
+    (the peer reads every command: reliable, deep history)."""
+
+    def __init__(self, max_step: float):
+        self.spec, self.max_step = go2_spec(), max_step
+        self.unsafe: dict[str, int] = {}
+        self.previous: tuple[np.ndarray, np.ndarray] | None = None
+        """The last command's targets [12] and which joints tracked them (kp > 0)."""
+        self.first: dict | None = None
+        """The first unsafe command, with the joints and the previous target (for the facts)."""
+
+    def check(self, command: Command, joint_pos: np.ndarray) -> None:
+        spec, reasons, previous = self.spec, [], self.previous
+        arrays = [command.position, command.velocity, command.torque, command.kp, command.kd]
+        if not all(np.all(np.isfinite(a)) for a in arrays):
+            reasons.append("nonfinite")
+        else:
+            low, high = spec.position_low - TOLERANCE, spec.position_high + TOLERANCE
+            if np.any(command.position < low) or np.any(command.position > high):
+                reasons.append("position_limit")
+            active = command.kp > 0
+            if self.previous is not None:
+                # from the last target, or the joint where none was tracked (damping); a jump beyond max_step is
+                # violent unless it moves the target towards the joint (less torque)
+                reference = np.where(self.previous[1], self.previous[0], joint_pos)
+                change = command.position - reference
+                towards_joint = change * (joint_pos - reference) > 0
+                if np.any(((np.abs(change) > self.max_step + STEP_TOLERANCE) & ~towards_joint)[active]):
+                    reasons.append("step_limit")
+            pd_torque = np.abs(command.torque) + command.kp * np.abs(command.position - joint_pos)
+            if np.any(pd_torque > 1.05 * spec.max_torque):  # 5%: the joint moved since the filter looked
+                reasons.append("torque_limit")
+            if np.any(np.abs(command.velocity) > spec.max_velocity + TOLERANCE):
+                reasons.append("velocity_limit")
+            self.previous = (command.position, active)
+        for reason in reasons:
+            self.unsafe[reason] = self.unsafe.get(reason, 0) + 1
+        if reasons and self.first is None:
+            self.first = {"reasons": reasons, "command": dataclasses.asdict(command), "joint_pos": joint_pos}
+            self.first["previous"] = previous
+
+
+def serve(config: Go2PeerConfig) -> dict:
+    """Run the peer until `config.seconds` of simulated time or a stop signal; return its facts."""
+    robot = SimulatedGo2(config.rate_hz)
+    participant = dds.participant(config.domain_id, config.interface)
+    every_command = Qos(Policy.History.KeepLast(64), Policy.Reliability.Reliable(duration(milliseconds=10)))
+    reader = DataReader(participant, Topic(participant, LOWCMD_TOPIC, LowCmd_), qos=every_command)
+    writer = DataWriter(participant, Topic(participant, LOWSTATE_TOPIC, LowState_))
+    audit = CommandAudit(config.max_step)
+    stopping = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.append(True))
+    facts = {"commands": 0, "bad_crc_commands": 0, "damping_steps": 0, "steps": 0, "unsafe": audit.unsafe}
+    facts["max_publish_gap_ms"], last_written = 0.0, time.monotonic()
+    command, command_time = None, -np.inf
+    period, start = 1.0 / config.rate_hz, time.monotonic()
+    next_write, start_xy, min_height = start, robot.base_position[:2], np.inf
+    while not stopping and (config.seconds is None or robot.tick * period < config.seconds):
+        for msg in reader.take(N=64):
+            if not isinstance(msg, LowCmd_):
+                continue
+            if CRC().Crc(msg) != msg.crc:
+                facts["bad_crc_commands"] += 1
+                continue
+            facts["commands"] += 1
+            command, command_time = lowcmd_command(msg), time.monotonic()
+            audit.check(command, robot.joint_pos)
+            facts["first_unsafe"] = audit.first
+        fresh = command is not None and time.monotonic() - command_time <= config.command_timeout
+        facts["damping_steps"] += not fresh
+        robot.step(command if fresh else None, config.damping_kd)
+        writer.write(robot.lowstate())
+        facts["steps"] = robot.tick
+        written = time.monotonic()
+        facts["max_publish_gap_ms"] = max(facts["max_publish_gap_ms"], (written - last_written) * 1e3)
+        last_written = written
+        min_height = min(min_height, robot.base_position[2])
+        now = time.monotonic()
+        if config.stats_path is not None and now >= next_write:
+            _write(config.stats_path, facts, robot, start_xy, min_height, now - start)
+            next_write = now + 0.1
+        delay = start + robot.tick * period - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    if config.stats_path is not None:
+        _write(config.stats_path, facts, robot, start_xy, min_height, time.monotonic() - start)
+    return facts
+
+
+def _write(path: Path, facts: dict, robot: SimulatedGo2, start_xy: np.ndarray, min_height: float, wall: float) -> None:
+    position = robot.base_position
+    summary = {
+        **facts,
+        "sim_seconds": robot.tick * robot.model.opt.timestep,
+        "wall_seconds": wall,
+        "base_position": position.tolist(),
+        "base_height": float(position[2]),
+        "min_base_height": float(min_height),
+        "upright": float(-projected_gravity(robot.sensor("orientation")[None], np)[0, 2]),
+        "displacement": (position[:2] - start_xy).tolist(),
+        "joint_pos": robot.joint_pos.tolist(),
+    }
+    with atomic_path(Path(path)) as tmp:
+        tmp.write_text(json.dumps(summary, default=lambda value: np.asarray(value).tolist()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--domain-id", type=int, default=0)
+    parser.add_argument("--interface", default="lo")
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--command-timeout", type=float, default=0.05)
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--stats", type=Path, default=None)
+    args = parser.parse_args(argv)
+    config = Go2PeerConfig(
+        domain_id=args.domain_id, interface=args.interface, rate_hz=args.rate,
+        command_timeout=args.command_timeout, seconds=args.seconds, stats_path=args.stats,
+    )  # fmt: skip
+    serve(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Fixtures for driver tests: a simulated robot speaking the real protocol on the loopback, per test."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
+
+ASSETS = Path(__file__).parent / "assets"
+GO2_POLICY = ASSETS / "quadruped-walk-policy.onnx"
+"""A PPO expert of quadruped-walk (configs/quadruped-walk-ppo.yaml, 6M env steps), exported to ONNX."""
+
+
+class Peer:
+    """A running Go2 peer: its DDS domain and its facts."""
+
+    def __init__(self, domain_id: int, facts_path: Path):
+        self.domain_id, self.facts_path = domain_id, facts_path
+
+    def facts(self) -> dict:
+        return read_facts(self.facts_path)
+
+    def wait_for(self, condition, timeout: float = 10.0) -> dict:
+        """The peer's facts once `condition(facts)` holds; fails after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            facts = self.facts()
+            if facts and condition(facts):
+                return facts
+            time.sleep(0.1)
+        raise AssertionError(f"peer facts never satisfied the condition: {self.facts()}")
+
+
+@pytest.fixture
+def go2_peer(tmp_path):
+    domain = free_domain_id()
+    with simulated_peer("go2", domain, tmp_path / "peer.json") as facts_path:
+        yield Peer(domain, facts_path)
