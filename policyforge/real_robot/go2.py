@@ -114,6 +114,28 @@ def empty_lowstate() -> LowState_:
 # -- driver ------------------------------------------------------------------------------------------------
 
 
+class RobotClock:
+    """Maps the robot's own time stamps (the LowState tick, ms) onto this computer's monotonic clock, so that a
+    state delayed in transit is seen as old, not fresh. The offset between the clocks is the smallest seen
+    (the fastest delivery), allowed to creep up by `drift` s per s so that a robot clock running slow does not
+    make every state look older and older."""
+
+    def __init__(self, drift: float = 0.02):
+        self.drift = drift
+        self.offset: float | None = None
+        self.last_now = 0.0
+
+    def stamp(self, robot_time: float, now: float) -> float:
+        """When a state stamped `robot_time` (s) by the robot was measured, in `time.monotonic()` seconds."""
+        offset = now - robot_time
+        if self.offset is None or offset < self.offset:
+            self.offset = offset
+        else:
+            self.offset = min(offset, self.offset + self.drift * (now - self.last_now))
+        self.last_now = now
+        return robot_time + self.offset
+
+
 @dataclasses.dataclass
 class Go2Config:
     """Connection to a Go2 (or its simulated peer)."""
@@ -135,6 +157,7 @@ class Go2(Robot):
         self.spec = go2_spec()
         self.stats = {"states": 0, "bad_crc_states": 0, "commands": 0, "max_state_gap_ms": 0.0}
         self._latest: RobotState | None = None
+        self._clock = RobotClock()
         self._participant = self._writer = self._reader = None
 
     def connect(self, timeout: float = 5.0) -> None:
@@ -168,7 +191,7 @@ class Go2(Robot):
             if not crc_ok(msg):
                 self.stats["bad_crc_states"] += 1
                 continue
-            state = lowstate_state(msg, time.monotonic())
+            state = lowstate_state(msg, self._clock.stamp(msg.tick * 1e-3, time.monotonic()))
             self.stats["states"] += 1
             if self._latest is not None:
                 gap_ms = (state.stamp - self._latest.stamp) * 1e3
@@ -177,7 +200,8 @@ class Go2(Robot):
         return self._latest
 
     def observe(self) -> RobotState:
-        """The newest state; its `stamp` is when this driver first saw it (a repeat keeps its old stamp)."""
+        """The newest state; its `stamp` is when the robot measured it, on this computer's clock (`RobotClock`):
+        a delayed message looks as old as it is, and a repeat keeps its old stamp."""
         if self._reader is None:
             raise RuntimeError("Go2: not connected (call connect() or use `with Go2(...) as robot`)")
         return self._poll()

@@ -65,13 +65,16 @@ def resolve_policy(source: Path) -> Path:
 
 
 @contextlib.contextmanager
-def simulated_peer(robot: str, domain_id: int, stats_path: Path, seconds: float | None = None) -> Iterator[Path]:
+def simulated_peer(
+    robot: str, domain_id: int, stats_path: Path, seconds: float | None = None, extra_args: tuple[str, ...] = ()
+) -> Iterator[Path]:
     """Run the robot's simulated protocol peer in a subprocess on the loopback while inside; yields the path
-    of its facts (JSON). Leaving stops it (SIGTERM) and waits for its final facts."""
+    of its facts (JSON). `extra_args`: more peer flags (fault injection). Leaving stops it (SIGTERM) and waits
+    for its final facts."""
     if robot != "go2":
         raise ConfigError("robot", f"no simulated peer for {robot!r} yet; peers: ['go2']")
     command = [sys.executable, "-m", "policyforge.real_robot.peers.go2_sim", "--domain-id", str(domain_id)]
-    command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else [])
+    command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else []) + list(extra_args)
     process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         yield stats_path

@@ -193,14 +193,13 @@ class ControlLoop:
                         obs = self.adapter.observation(state, last_action)
                         if worker.submit(obs):
                             action = worker.result(timeout=config.policy_budget * period * decimation)
-                            if action is not None:
-                                observations.append(obs)
-                                actions.append(action)
-                                last_action = np.clip(action, -1.0, 1.0)
-                                command = self.adapter.command(action)
                         else:  # still busy with an older request: take its answer if it is ready now
                             action = worker.result(timeout=0.0)
-                            command = None if action is None else self.adapter.command(action)
+                        if action is not None and self.safety.check_action(action, time.monotonic()):
+                            observations.append(obs)
+                            actions.append(action)
+                            last_action = np.clip(action, -1.0, 1.0)
+                            command = self.adapter.command(action)
                     filtered = self.safety(command, state, time.monotonic())
                     self.robot.send(filtered.command)
                     if self.on_tick is not None:

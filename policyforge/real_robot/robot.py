@@ -104,8 +104,9 @@ def _copy(value: np.ndarray | None) -> np.ndarray | None:
 
 def safe_command(spec: RobotSpec, state: RobotState) -> Command:
     """The command of the robot's safe mode at `state`: hold the measured position (zero velocity), or damp
-    (no stiffness, damping only, no feed-forward)."""
+    (no stiffness, damping only, no feed-forward); the position within the joint limits either way."""
     zeros = np.zeros(spec.num_joints)
+    state = dataclasses.replace(state, joint_pos=np.clip(state.joint_pos, spec.position_low, spec.position_high))
     if spec.safe_mode == "damp":
         kd = spec.damping_kd if spec.damping_kd is not None else np.ones(spec.num_joints)
         return Command(position=state.joint_pos.copy(), velocity=zeros, torque=zeros.copy(), kp=zeros.copy(), kd=kd)

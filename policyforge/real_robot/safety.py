@@ -34,6 +34,8 @@ log = logging.getLogger("policyforge.safety")
 Mode = Literal["normal", "safe", "estop"]
 REASONS = (
     "nonfinite",
+    "action_range",
+    "oscillation",
     "position_limit",
     "velocity_limit",
     "torque_limit",
@@ -58,9 +60,17 @@ class SafetyConfig:
     """A fault (stale state or command) lasting this long latches the e-stop, s."""
     max_step: float = 0.1
     """Largest change of a joint's position target from one tick to the next, rad."""
+    action_slack: float = 0.05
+    """Policy actions live in [-1, 1]; one beyond 1 + this is rejected as a malfunction."""
+    oscillation_limit: float = 1.0
+    """Mean |Δaction| per policy step over `oscillation_window` steps above this latches the e-stop (bang-bang
+    chatter: a trained walking policy stays near 0.2, alternating ±1 gives 2)."""
+    oscillation_window: int = 25
+    """Policy steps the oscillation is averaged over."""
 
     def __post_init__(self) -> None:
-        for name in ("state_timeout", "command_timeout", "estop_after", "max_step"):
+        check(self.oscillation_window >= 2, "oscillation_window", f"must be ≥ 2, got {self.oscillation_window}")
+        for name in ("state_timeout", "command_timeout", "estop_after", "max_step", "oscillation_limit"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
 
 
@@ -98,6 +108,28 @@ class SafetyFilter:
         self._estop_reason: str | None = None
         self._active: set[str] = set()
         self._logged: dict[str, tuple[float, int]] = {}
+        self._last_action: np.ndarray | None = None
+        self._action_changes: collections.deque[float] = collections.deque(maxlen=self.config.oscillation_window)
+
+    def check_action(self, action: np.ndarray, now: float) -> bool:
+        """Whether a policy action [A] may become a command: finite and within [-1, 1] (plus slack); counted
+        and refused otherwise. Chatter (see `SafetyConfig.oscillation_limit`) latches the e-stop."""
+        config = self.config
+        if not np.all(np.isfinite(action)):
+            self._note({"nonfinite"}, now)
+            return False
+        if np.max(np.abs(action)) > 1.0 + config.action_slack:
+            self._note({"action_range"}, now)
+            return False
+        if self._last_action is not None:
+            self._action_changes.append(float(np.mean(np.abs(action - self._last_action))))
+        self._last_action = np.array(action, dtype=np.float64)
+        changes = self._action_changes
+        if len(changes) == changes.maxlen and sum(changes) / len(changes) > config.oscillation_limit:
+            self._note({"oscillation"}, now)
+            self.trigger_estop(f"the policy oscillates (mean |Δaction| {sum(changes) / len(changes):.2f})", now)
+            return False
+        return True
 
     @property
     def estopped(self) -> bool:

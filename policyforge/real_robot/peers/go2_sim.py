@@ -14,8 +14,10 @@ ten times a second and at exit).
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -51,7 +53,44 @@ LYING_QPOS = np.tile([0.0, 1.36, -2.65], 4)
 TOLERANCE = 1e-3
 """Slack of the command audit (float32 rounding), rad or N·m."""
 STEP_TOLERANCE = 0.01
-"""Slack of the step audit, rad: after damping the driver steps from the joint as it saw it a few ms ago."""
+"""Slack of the step audit, rad."""
+MEASUREMENT_LATENCY = 0.02
+"""After damping the driver steps from the joint as it measured it up to this long ago, s."""
+
+
+@dataclasses.dataclass
+class StateFaults:
+    """Faults the peer injects into its own LowState stream, at simulated times (s)."""
+
+    drop: tuple[float, float] | None = None
+    """(start, duration): no LowState is published in this window."""
+    delay: tuple[float, float, float] | None = None
+    """(start, duration, delay): LowStates of this window are published `delay` s late."""
+    die_at: float | None = None
+    """The process exits abruptly at this time (no damping, no goodbye), like a crashed robot computer."""
+
+
+class StateOutbox:
+    """Publishes LowStates, applying `StateFaults`."""
+
+    def __init__(self, writer: DataWriter, faults: StateFaults):
+        self.writer, self.faults = writer, faults
+        self.delayed: collections.deque[tuple[float, LowState_]] = collections.deque()
+
+    def publish(self, msg: LowState_, sim_time: float, now: float) -> None:
+        faults = self.faults
+        if faults.die_at is not None and sim_time >= faults.die_at:
+            os._exit(3)
+        while self.delayed and self.delayed[0][0] <= now:
+            self.writer.write(self.delayed.popleft()[1])
+        if faults.drop and faults.drop[0] <= sim_time < faults.drop[0] + faults.drop[1]:
+            return
+        if faults.delay and faults.delay[0] <= sim_time < faults.delay[0] + faults.delay[1]:
+            self.delayed.append((now + faults.delay[2], msg))
+        elif not self.delayed:  # in order: nothing overtakes a delayed message
+            self.writer.write(msg)
+        else:
+            self.delayed.append((now, msg))
 
 
 @dataclasses.dataclass
@@ -74,6 +113,8 @@ class Go2PeerConfig:
     """Stop after this much simulated time (None: until SIGTERM/SIGINT)."""
     stats_path: Path | None = None
     """Where to write the facts (JSON)."""
+    faults: StateFaults = dataclasses.field(default_factory=StateFaults)
+    """Faults to inject into the state stream."""
 
 
 class SimulatedGo2:
@@ -153,23 +194,26 @@ class CommandAudit:
         self.first: dict | None = None
         """The first unsafe command, with the joints and the previous target (for the facts)."""
 
-    def check(self, command: Command, joint_pos: np.ndarray) -> None:
+    def check(self, command: Command, joint_pos: np.ndarray, joint_vel: np.ndarray) -> None:
         spec, reasons, previous = self.spec, [], self.previous
         arrays = [command.position, command.velocity, command.torque, command.kp, command.kd]
         if not all(np.all(np.isfinite(a)) for a in arrays):
             reasons.append("nonfinite")
         else:
+            active = command.kp > 0  # a joint without stiffness does not track its position target
             low, high = spec.position_low - TOLERANCE, spec.position_high + TOLERANCE
-            if np.any(command.position < low) or np.any(command.position > high):
+            if np.any(((command.position < low) | (command.position > high))[active]):
                 reasons.append("position_limit")
-            active = command.kp > 0
             if self.previous is not None:
                 # from the last target, or the joint where none was tracked (damping); a jump beyond max_step is
                 # violent unless it moves the target towards the joint (less torque)
-                reference = np.where(self.previous[1], self.previous[0], joint_pos)
+                was_tracking = self.previous[1]
+                reference = np.where(was_tracking, self.previous[0], joint_pos)
                 change = command.position - reference
                 towards_joint = change * (joint_pos - reference) > 0
-                if np.any(((np.abs(change) > self.max_step + STEP_TOLERANCE) & ~towards_joint)[active]):
+                # a measured reference is as uncertain as the joint moved during the driver's latency
+                slack = STEP_TOLERANCE + np.where(was_tracking, 0.0, np.abs(joint_vel) * MEASUREMENT_LATENCY)
+                if np.any(((np.abs(change) > self.max_step + slack) & ~towards_joint)[active]):
                     reasons.append("step_limit")
             pd_torque = np.abs(command.torque) + command.kp * np.abs(command.position - joint_pos)
             if np.any(pd_torque > 1.05 * spec.max_torque):  # 5%: the joint moved since the filter looked
@@ -190,7 +234,7 @@ def serve(config: Go2PeerConfig) -> dict:
     participant = dds.participant(config.domain_id, config.interface)
     every_command = Qos(Policy.History.KeepLast(64), Policy.Reliability.Reliable(duration(milliseconds=10)))
     reader = DataReader(participant, Topic(participant, LOWCMD_TOPIC, LowCmd_), qos=every_command)
-    writer = DataWriter(participant, Topic(participant, LOWSTATE_TOPIC, LowState_))
+    outbox = StateOutbox(DataWriter(participant, Topic(participant, LOWSTATE_TOPIC, LowState_)), config.faults)
     audit = CommandAudit(config.max_step)
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -209,14 +253,15 @@ def serve(config: Go2PeerConfig) -> dict:
                 continue
             facts["commands"] += 1
             command, command_time = lowcmd_command(msg), time.monotonic()
-            audit.check(command, robot.joint_pos)
+            audit.check(command, robot.joint_pos, robot.joint_vel)
             facts["first_unsafe"] = audit.first
+            facts["last_command_stiff"] = bool(np.any(command.kp > 0))
         fresh = command is not None and time.monotonic() - command_time <= config.command_timeout
         facts["damping_steps"] += not fresh
         robot.step(command if fresh else None, config.damping_kd)
-        writer.write(robot.lowstate())
-        facts["steps"] = robot.tick
         written = time.monotonic()
+        outbox.publish(robot.lowstate(), robot.tick * period, written)
+        facts["steps"] = robot.tick
         facts["max_publish_gap_ms"] = max(facts["max_publish_gap_ms"], (written - last_written) * 1e3)
         last_written = written
         min_height = min(min_height, robot.base_position[2])
@@ -257,10 +302,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--command-timeout", type=float, default=0.05)
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--stats", type=Path, default=None)
+    parser.add_argument("--drop-state", default=None, help="START,DURATION (s): publish no LowState then")
+    parser.add_argument("--delay-state", default=None, help="START,DURATION,DELAY (s): publish LowStates late")
+    parser.add_argument("--die-at", type=float, default=None, help="exit abruptly at this simulated time (s)")
     args = parser.parse_args(argv)
+    numbers = lambda text: tuple(float(x) for x in text.split(",")) if text else None  # noqa: E731
+    faults = StateFaults(drop=numbers(args.drop_state), delay=numbers(args.delay_state), die_at=args.die_at)
     config = Go2PeerConfig(
         domain_id=args.domain_id, interface=args.interface, rate_hz=args.rate,
-        command_timeout=args.command_timeout, seconds=args.seconds, stats_path=args.stats,
+        command_timeout=args.command_timeout, seconds=args.seconds, stats_path=args.stats, faults=faults,
     )  # fmt: skip
     serve(config)
 

@@ -1,0 +1,123 @@
+"""Fault injection: a driver + its protocol peer, driven through the safety filter and the control loop by
+adversarial policies and a misbehaving link, with the peer auditing every command that reaches "the motors".
+
+Each scenario starts a fresh peer, stands the robot up, runs a walking policy and injects one fault part-way.
+It is handled when no unsafe command reached the peer and the filter reacted as it must: bad actions refused,
+and the robot in its safe mode (damping) or e-stopped at the end of a fault that persists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
+from policyforge.real_robot.go2 import Go2, Go2Config
+from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
+from policyforge.real_robot.loop import ControlLoop, LoopConfig
+from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
+from policyforge.sims.tasks.quadruped import QuadrupedConfig
+
+PREPARE_S, RUN_S, FAULT_AT_S = 1.0, 3.0, 1.0
+"""Stand-up time, policy time, and when (into the policy phase) the fault starts, s."""
+
+
+class FaultyPolicy:
+    """A working policy that turns bad after `FAULT_AT_S` of policy time (50 steps a second)."""
+
+    def __init__(self, policy: Callable[[np.ndarray], np.ndarray], fault: str):
+        self.policy, self.fault, self.steps = policy, fault, 0
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        self.steps += 1
+        action = self.policy(obs)
+        if self.steps <= FAULT_AT_S * 50:
+            return action
+        if self.fault == "nan":
+            return np.full_like(action, np.nan)
+        if self.fault == "huge":
+            return np.full_like(action, 1e6)
+        if self.fault == "oscillating":
+            return np.full_like(action, 1.0 if self.steps % 2 else -1.0)
+        if self.fault == "stall":
+            time.sleep(10.0)
+        if self.fault == "exception":
+            raise RuntimeError("the policy crashed")
+        return action
+
+
+@dataclasses.dataclass
+class Scenario:
+    name: str
+    """What goes wrong."""
+    policy_fault: str | None = None
+    """A FaultyPolicy fault."""
+    peer_args: tuple[str, ...] = ()
+    """Faults the peer injects (go2_sim flags)."""
+    expect: str = "estop"
+    """The filter's required reaction: "estop" (latched by the end) or "safe" (safe mode entered; a short
+    fault may recover)."""
+
+
+def go2_scenarios() -> list[Scenario]:
+    start = PREPARE_S + FAULT_AT_S  # peer time of the fault (the peer's clock starts with the driver's)
+    return [
+        Scenario("NaN actions", policy_fault="nan", expect="estop"),
+        Scenario("huge actions (1e6)", policy_fault="huge", expect="estop"),
+        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating", expect="estop"),
+        Scenario("policy stalls (10 s)", policy_fault="stall", expect="estop"),
+        Scenario("policy raises", policy_fault="exception", expect="estop"),
+        Scenario("state messages dropped for 0.2 s", peer_args=("--drop-state", f"{start},0.2"), expect="safe"),
+        Scenario("state messages 150 ms late for 1.5 s", peer_args=("--delay-state", f"{start},1.5,0.15")),
+        Scenario("robot computer dies", peer_args=("--die-at", f"{start}")),
+    ]
+
+
+def run_scenario(scenario: Scenario, policy_path: Path, workdir: Path) -> dict:
+    """Run one scenario; returns what happened and whether it was handled."""
+    domain = free_domain_id()
+    policy = FaultyPolicy(ExportedPolicy(policy_path), scenario.policy_fault or "")
+    adapter = QuadrupedAdapter(QuadrupedConfig(), (0.5, 0.0, 0.0))
+    facts_path = workdir / f"peer-{domain}.json"
+    modes: set[str] = set()
+    with simulated_peer("go2", domain, facts_path, extra_args=scenario.peer_args):
+        with Go2(Go2Config(domain_id=domain)) as robot:
+            safety = SafetyFilter(robot.spec, SafetyConfig())
+            config = LoopConfig(rate_hz=500.0, policy_rate_hz=50.0, seconds=RUN_S, prepare_seconds=PREPARE_S)
+            loop = ControlLoop(robot, safety, policy, adapter, config, lambda t, s, f: modes.add(f.mode))
+            report = loop.run()
+            commands = robot.stats["commands"]
+        time.sleep(0.3)
+        facts = read_facts(facts_path)
+    unsafe = sum(facts.get("unsafe", {}).values())
+    reacted = {"estop": report.final_mode == "estop", "safe": bool(modes & {"safe", "estop"})}[scenario.expect]
+    return {
+        "scenario": scenario.name,
+        "commands_sent": commands,
+        "unsafe_at_peer": unsafe,
+        "interventions": report.interventions,
+        "final_mode": report.final_mode,
+        "handled": bool(reacted and unsafe == 0),
+        "first_unsafe": facts.get("first_unsafe"),
+    }
+
+
+def fuzz_go2(policy_path: Path, scenarios: list[Scenario] | None = None) -> tuple[list[dict], dict]:
+    """Every scenario; returns the rows and the summary {commands_sent, unsafe_commands_reaching_peer,
+    faults_injected, faults_handled}."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="policyforge-fuzz-") as tmp:
+        for scenario in scenarios or go2_scenarios():
+            rows.append(run_scenario(scenario, policy_path, Path(tmp)))
+    summary = {
+        "commands_sent": sum(r["commands_sent"] for r in rows),
+        "unsafe_commands_reaching_peer": sum(r["unsafe_at_peer"] for r in rows),
+        "faults_injected": len(rows),
+        "faults_handled": sum(r["handled"] for r in rows),
+    }
+    return rows, summary
