@@ -231,18 +231,17 @@ def _collect(args: argparse.Namespace, console: Console) -> None:
 def _deploy(args: argparse.Namespace, console: Console) -> None:
     from policyforge.real_robot.launch import DeployConfig, deploy
 
-    try:
-        command = tuple(float(x) for x in args.command.split(","))
-    except ValueError:
-        command = ()
-    if len(command) != 3:
-        raise ConfigError("--command", f"give vx,vy,yaw_rate (m/s, m/s, rad/s), e.g. 0.5,0,0; got {args.command!r}")
+    command = _three_numbers(args.command, "--command", "vx,vy,yaw_rate (m/s, m/s, rad/s), e.g. 0.5,0,0")
+    goal = _three_numbers(args.goal, "--goal", "x,y,z in the arm's base frame (m), e.g. 0.5,0,0.3")
     config = DeployConfig(
         source=Path(args.source),
         robot=args.robot,
         peer=args.peer,
         seconds=args.seconds,
         velocity_command=command,
+        goal=goal,
+        arm_mode=args.mode,
+        host=args.host,
         interface=args.interface,
         domain_id=args.domain_id,
         record=Path(args.record) if args.record else None,
@@ -260,7 +259,10 @@ def _deploy(args: argparse.Namespace, console: Console) -> None:
         "safety interventions": ", ".join(f"{k} {v}" for k, v in sorted(report.interventions.items())) or "none",
         "final mode": report.final_mode,
     }
-    if facts:
+    if "goal_distance" in facts:
+        rows["end effector / distance to goal"] = "({:.3f}, {:.3f}, {:.3f}) m".format(*facts["ee_pos"])
+        rows["end effector / distance to goal"] += f" / {facts['goal_distance'] * 100:.1f} cm"
+    if "displacement" in facts:
         rows["peer: base moved (x, y)"] = "{:.2f}, {:.2f} m".format(*facts["displacement"])
         rows["peer: unsafe commands"] = str(sum(facts["unsafe"].values()))
     if config.record:
@@ -268,6 +270,16 @@ def _deploy(args: argparse.Namespace, console: Console) -> None:
     for key, value in rows.items():
         table.add_row(key, value)
     console.print(table)
+
+
+def _three_numbers(text: str, flag: str, what: str) -> tuple[float, float, float]:
+    try:
+        numbers = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        numbers = ()
+    if len(numbers) != 3:
+        raise ConfigError(flag, f"give {what}; got {text!r}")
+    return numbers
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -336,11 +348,14 @@ def _parser() -> argparse.ArgumentParser:
     collecting.set_defaults(run=_collect)
     deploying = commands.add_parser("deploy", help="run a trained policy on a robot (or its simulated peer), safely")
     deploying.add_argument("source", help="a run directory (exported to ONNX if needed) or an exported policy file")
-    deploying.add_argument("--robot", default="go2", help="robot driver: go2")
+    deploying.add_argument("--robot", default="go2", choices=["go2", "franka"], help="robot driver")
     deploying.add_argument("--peer", default=None, choices=["sim"], help="drive the robot's simulated protocol peer")
     deploying.add_argument("--seconds", type=float, default=10.0, help="how long the policy runs")
     deploying.add_argument("--command", default="0.5,0,0", help="velocity command vx,vy,yaw_rate (legged robots)")
-    deploying.add_argument("--interface", default="lo", help="network interface of the robot link, e.g. eth0")
+    deploying.add_argument("--goal", default="0.5,0,0.3", help="arms: reach goal x,y,z in the base frame (m)")
+    deploying.add_argument("--mode", default="joint", choices=["joint", "cartesian"], help="arms: command space")
+    deploying.add_argument("--host", default="172.16.0.2", help="arms: the robot's IP address")
+    deploying.add_argument("--interface", default="lo", help="Go2: network interface of the robot link, e.g. eth0")
     deploying.add_argument("--domain-id", type=int, default=None, help="DDS domain (default 0; random with a peer)")
     deploying.add_argument("--record", default=None, help="append the episode to this LeRobot dataset directory")
     deploying.add_argument(

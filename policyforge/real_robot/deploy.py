@@ -13,7 +13,8 @@ import numpy as np
 
 from policyforge.policies.export import load_exported
 from policyforge.real_robot.robot import Command, RobotState
-from policyforge.sims.task import asset_path
+from policyforge.sims.task import TaskState, asset_path
+from policyforge.sims.tasks.arm import FINGER_OPEN, HOME_QPOS
 from policyforge.sims.tasks.quadruped import JOINT_NAMES, STAND_QPOS, QuadrupedConfig, joint_targets, policy_observation
 
 
@@ -87,3 +88,63 @@ class QuadrupedAdapter:
         return Command(
             position=np.asarray(position, np.float64), velocity=zeros, torque=zeros.copy(), kp=self.kp, kd=self.kd
         )
+
+
+class ArmAdapter:
+    """An `arm-*` task on a Franka, through a digital twin: the simulator's own model is set to the measured
+    joints, and the task's `observe` and `control` run on it, so observations, the differential IK and the
+    Cartesian target memory are the simulator's code. `goal`: the reach target [3] (m, base frame)."""
+
+    def __init__(self, task_name: str, task_options: dict, goal: np.ndarray, cartesian: bool = False):
+        from policyforge.config import from_dict
+        from policyforge.sims.tasks import TASKS
+
+        cls = TASKS[task_name]
+        self.task = cls(
+            cls.load_model(from_dict(cls.config_class, task_options)), from_dict(cls.config_class, task_options)
+        )
+        self.data = mujoco.MjData(self.task.model)
+        self._scratch = mujoco.MjData(self.task.model)
+        self.cartesian = cartesian
+        self.action_dim = self.task.action_dim
+        self.default_pose = HOME_QPOS.copy()
+        self.vars = {k: np.asarray(v) for k, v in self.task.reset_vars(1, np.asarray(goal, float)[None], np).items()}
+        self._twin: TaskState | None = None
+
+    def set_goal(self, goal: np.ndarray) -> None:
+        self.vars["goal"] = np.asarray(goal, dtype=np.float64)[None]
+
+    def _sync(self, state: RobotState) -> TaskState:
+        """The twin at the measured joints (gripper open), as the task's batched state [1, ...]."""
+        self.data.qpos[self.task.arm_qpos], self.data.qvel[self.task.arm_dofs] = state.joint_pos, state.joint_vel
+        self.data.qpos[self.task.finger_qpos] = FINGER_OPEN
+        if self._twin is None:  # `joint_delta` steps from the previous targets: start at the measured joints
+            self.data.ctrl[:7] = state.joint_pos
+        mujoco.mj_forward(self.task.model, self.data)
+        phys = {name: np.array(getattr(self.data, name))[None] for name in self.task.physics_fields}
+        self._twin = TaskState(phys, self.vars)
+        return self._twin
+
+    def observation(self, state: RobotState, last_action: np.ndarray) -> np.ndarray:
+        return self.task.observe(self._sync(state), np)["policy"][0]
+
+    def command(self, action: np.ndarray) -> Command:
+        twin, action = self._twin, np.asarray(action, dtype=np.float64)[None]
+        targets = self.task.control(action, twin, np)[0, :7]
+        self.data.ctrl[:7] = targets
+        command = Command(position=targets)
+        if self.cartesian:
+            position, orientation = self.task.ee_target(twin, action, np)
+            command.ee_target, command.ee_orientation = position[0], orientation[0]
+        self.vars = self.task.update_vars(twin, action, np)
+        return command
+
+    def pose_command(self, position: np.ndarray) -> Command:
+        return Command(position=np.asarray(position, dtype=np.float64))
+
+    def forward_kinematics(self, joint_pos: np.ndarray) -> np.ndarray:
+        """The TCP position [3] (m, base frame) of joint positions [7], on a scratch copy of the twin."""
+        scratch = self._scratch
+        scratch.qpos[self.task.arm_qpos] = joint_pos
+        mujoco.mj_kinematics(self.task.model, scratch)
+        return scratch.site("tcp").xpos.copy()

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from policyforge.config import ConfigError
-from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
+from policyforge.real_robot.deploy import ArmAdapter, ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 
-ROBOTS = {"go2": "quadruped-walk"}
+ROBOTS = {"go2": "quadruped-walk", "franka": "arm-reach"}
 """Robots `deploy` drives → the task their policies are trained on."""
 
 
@@ -39,8 +39,14 @@ class DeployConfig:
     """Length of the policy phase, s."""
     velocity_command: tuple[float, float, float] = (0.5, 0.0, 0.0)
     """Legged robots: forward, sideways (m/s) and turn (rad/s) command."""
+    goal: tuple[float, float, float] = (0.5, 0.0, 0.3)
+    """Arms: the reach goal in the robot's base frame, m."""
+    arm_mode: str = "joint"
+    """Arms: "joint" (joint targets from the simulator's IK) or "cartesian" (end-effector targets)."""
     interface: str = "lo"
     """Network interface of the robot link (ignored with a peer: loopback)."""
+    host: str = "172.16.0.2"
+    """Arms: the robot's IP address (ignored with a peer: 127.0.0.1)."""
     domain_id: int | None = None
     """DDS domain (default: 0 on hardware, a random free one with a peer)."""
     record: Path | None = None
@@ -71,11 +77,15 @@ def simulated_peer(
     """Run the robot's simulated protocol peer in a subprocess on the loopback while inside; yields the path
     of its facts (JSON). `extra_args`: more peer flags (fault injection). Leaving stops it (SIGTERM) and waits
     for its final facts."""
-    if robot != "go2":
-        raise ConfigError("robot", f"no simulated peer for {robot!r} yet; peers: ['go2']")
-    command = [sys.executable, "-m", "policyforge.real_robot.peers.go2_sim", "--domain-id", str(domain_id)]
-    command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else []) + list(extra_args)
-    process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if robot == "franka":  # franky-sim: a MuJoCo FR3 serving the libfranka protocol on 127.0.0.1
+        command = [str(Path(sys.executable).with_name("franky-sim")), "-s", "mujoco", "--hostname", "127.0.0.1"]
+    elif robot == "go2":
+        command = [sys.executable, "-m", "policyforge.real_robot.peers.go2_sim", "--domain-id", str(domain_id)]
+        command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else []) + list(extra_args)
+    else:
+        raise ConfigError("robot", f"no simulated peer for {robot!r}; peers: ['franka', 'go2']")
+    quiet = subprocess.DEVNULL if robot == "franka" else None
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=quiet)
     try:
         yield stats_path
     finally:
@@ -97,46 +107,64 @@ def free_domain_id() -> int:
     return random.SystemRandom().randint(100, 230)
 
 
-def deploy(config: DeployConfig, on_report=None) -> tuple[LoopReport, dict]:
-    """Run the deployment; returns the loop's report and, with a peer, the peer's final facts."""
-    from policyforge.real_robot.go2 import Go2, Go2Config
-
+def deploy(config: DeployConfig) -> tuple[LoopReport, dict]:
+    """Run the deployment; returns the loop's report and facts: a Go2 peer's final facts, an arm's final
+    end-effector position and its distance to the goal."""
     if config.robot not in ROBOTS:
         raise ConfigError("robot", f"unknown robot {config.robot!r}; drivers: {sorted(ROBOTS)}")
+    if config.peer not in (None, "sim"):
+        raise ConfigError("peer", f"unknown peer {config.peer!r}; use 'sim' or leave it out for hardware")
     policy = ExportedPolicy(resolve_policy(config.source))
     task = policy.spec.get("task")
     if task != ROBOTS[config.robot]:
         raise ConfigError("robot", f"{config.robot} runs {ROBOTS[config.robot]} policies; this one is for {task!r}")
-    from policyforge.config import from_dict
-    from policyforge.sims.tasks.quadruped import QuadrupedConfig
-
-    adapter = QuadrupedAdapter(
-        from_dict(QuadrupedConfig, policy.spec.get("task_options") or {}), config.velocity_command
-    )
     policy_rate = 1.0 / float(policy.spec["control_dt"])
     domain = config.domain_id if config.domain_id is not None else (free_domain_id() if config.peer else 0)
-    interface = "lo" if config.peer else config.interface
     with contextlib.ExitStack() as stack:
         facts_path = None
         if config.peer == "sim":
             tmp = stack.enter_context(_temporary_dir())
             facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
-        elif config.peer is not None:
-            raise ConfigError("peer", f"unknown peer {config.peer!r}; use 'sim' or leave it out for hardware")
-        robot = Go2(Go2Config(interface=interface, domain_id=domain, motion_mode_released=config.motion_mode_released))
+        robot, adapter, safety_config, rate = _robot_and_adapter(config, policy, domain, policy_rate)
         with robot:
-            safety = SafetyFilter(robot.spec, config.safety)
-            loop_config = LoopConfig(
-                rate_hz=robot.spec.control_rate_hz, policy_rate_hz=policy_rate, seconds=config.seconds
-            )
+            safety = SafetyFilter(robot.spec, safety_config, getattr(adapter, "forward_kinematics", None))
+            loop_config = LoopConfig(rate_hz=rate, policy_rate_hz=policy_rate, seconds=config.seconds)
             report = ControlLoop(robot, safety, policy, adapter, loop_config).run()
+            final = robot.observe()
         if config.record is not None and report.policy_steps:
             _record(config.record, report, policy_rate, task)
         facts = {}
-        if facts_path is not None:
+        if final.ee_pos is not None:  # arms: where the robot says its end effector ended
+            facts = {"ee_pos": final.ee_pos.tolist(), "goal_distance": float(np.linalg.norm(final.ee_pos - config.goal))}
+        if facts_path is not None and config.robot == "go2":
             time.sleep(0.2)  # the peer writes its facts ten times a second
             facts = read_facts(facts_path)
     return report, facts
+
+
+def _robot_and_adapter(config: DeployConfig, policy: ExportedPolicy, domain: int, policy_rate: float):
+    """The driver, the task adapter, the safety thresholds and the loop rate of `config.robot`."""
+    from policyforge.config import from_dict
+
+    options = policy.spec.get("task_options") or {}
+    if config.robot == "go2":
+        from policyforge.real_robot.go2 import Go2, Go2Config
+        from policyforge.sims.tasks.quadruped import QuadrupedConfig
+
+        interface = "lo" if config.peer else config.interface
+        go2 = Go2Config(interface=interface, domain_id=domain, motion_mode_released=config.motion_mode_released)
+        adapter = QuadrupedAdapter(from_dict(QuadrupedConfig, options), config.velocity_command)
+        return Go2(go2), adapter, config.safety, 500.0
+    from policyforge.real_robot.franka import Franka, FrankaConfig
+
+    host = "127.0.0.1" if config.peer else config.host
+    franka = FrankaConfig(host=host, mode=config.arm_mode, realtime=config.peer is None, rate_hz=policy_rate)
+    adapter = ArmAdapter(
+        policy.spec["task"], options, np.asarray(config.goal), cartesian=config.arm_mode == "cartesian"
+    )
+    # an arm's targets lead its joints by up to two control steps at full speed (the simulator's `max_lead`)
+    safety = dataclasses.replace(config.safety, max_step=0.2, state_timeout=0.2, command_timeout=0.5)
+    return Franka(franka), adapter, safety, policy_rate
 
 
 def _record(root: Path, report: LoopReport, fps: float, task: str) -> None:

@@ -93,6 +93,8 @@ class Command:
     ee_target: np.ndarray | None = None
     """Cartesian mode (arms): the end-effector position target [3] in the base frame, m; `position` then holds
     the joint solution the driver will reach it with (or the current joints)."""
+    ee_orientation: np.ndarray | None = None
+    """Cartesian mode: the end-effector orientation target [4] (w, x, y, z)."""
 
     def copy(self) -> Command:
         return Command(**{f.name: _copy(getattr(self, f.name)) for f in dataclasses.fields(self)})

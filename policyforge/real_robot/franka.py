@@ -1,0 +1,137 @@
+"""Franka Research 3 / Panda driver on `franky-control` (libfranka's protocol), in joint-position or Cartesian
+mode. Each `send` replaces the running motion asynchronously (franky plans a smooth, limit-respecting
+trajectory to the new target inside libfranka's 1 kHz loop), so a 25 Hz policy drives the arm directly.
+
+Tested against `franky-sim` (a MuJoCo Franka speaking the libfranka protocol on 127.0.0.1). On hardware use
+a real-time kernel (`realtime=True`) and the robot's IP address.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Literal
+
+import numpy as np
+
+from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
+from policyforge.sims.tasks.arm import ARM_JOINTS, VELOCITY_LIMITS
+from policyforge.sims.tasks.arm_tasks import ArmReach
+
+FR3_LOW = np.array([-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159])
+FR3_HIGH = np.array([2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159])
+"""Franka Research 3 joint limits, rad (datasheet); the spec uses their intersection with the Panda's."""
+MAX_TORQUE = np.array([87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0])
+"""Joint torque limits, N·m."""
+WORKSPACE = (np.array([0.2, -0.5, 0.05]), np.array([0.8, 0.5, 0.8]))
+"""Default end-effector box in the base frame, m: in front of the robot, above the table."""
+
+
+@functools.cache
+def franka_spec(rate_hz: float = 25.0) -> RobotSpec:
+    """Limits valid on both the Panda (the simulator's model) and the FR3; hold as the safe mode."""
+    model = ArmReach.load_model(ArmReach.config_class())
+    ranges = model.jnt_range[[model.joint(j).id for j in ARM_JOINTS]]
+    return RobotSpec(
+        name="franka",
+        joint_names=ARM_JOINTS,
+        position_low=np.maximum(ranges[:, 0], FR3_LOW),
+        position_high=np.minimum(ranges[:, 1], FR3_HIGH),
+        max_velocity=VELOCITY_LIMITS.copy(),
+        max_torque=MAX_TORQUE.copy(),
+        control_rate_hz=rate_hz,
+        safe_mode="hold",
+        workspace_low=WORKSPACE[0].copy(),
+        workspace_high=WORKSPACE[1].copy(),
+    )
+
+
+@dataclasses.dataclass
+class FrankaConfig:
+    """Connection to a Franka arm (or franky-sim)."""
+
+    host: str = "127.0.0.1"
+    """The robot's (FCI) IP address; 127.0.0.1 for franky-sim."""
+    mode: Literal["joint", "cartesian"] = "joint"
+    """Send joint-position targets, or end-effector pose targets (Command.ee_target / ee_orientation)."""
+    dynamics_factor: float = 0.5
+    """franky's relative_dynamics_factor: fraction of the robot's velocity, acceleration and jerk limits."""
+    realtime: bool = False
+    """Require a real-time kernel (hardware); off for franky-sim."""
+    rate_hz: float = 25.0
+    """Command rate the spec announces (the policy's rate)."""
+
+
+class Franka(Robot):
+    """A Franka arm through franky. `observe()` reads the latest libfranka state; `send()` starts a motion to
+    the command's target, replacing the one in progress."""
+
+    def __init__(self, config: FrankaConfig | None = None):
+        self.config = config or FrankaConfig()
+        self.spec = franka_spec(self.config.rate_hz)
+        self.robot = None
+        self.stats = {"commands": 0, "motion_errors": 0}
+        self._motion_type: type | None = None
+
+    def connect(self, timeout: float = 5.0) -> None:
+        import franky
+
+        realtime = franky.RealtimeConfig.Enforce if self.config.realtime else franky.RealtimeConfig.Ignore
+        deadline, error = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            try:
+                self.robot = franky.Robot(self.config.host, realtime_config=realtime)
+                break
+            except Exception as err:  # libfranka raises NetworkException until the server answers
+                error = err
+                time.sleep(0.2)
+        if self.robot is None:
+            raise ConnectionError(f"Franka: no robot answered at {self.config.host} within {timeout} s ({error})")
+        self.robot.recover_from_errors()
+        self.robot.relative_dynamics_factor = self.config.dynamics_factor
+
+    def observe(self) -> RobotState:
+        if self.robot is None:
+            raise RuntimeError("Franka: not connected (call connect() or use `with Franka(...) as robot`)")
+        state = self.robot.state
+        return RobotState(
+            stamp=time.monotonic(),
+            joint_pos=np.array(state.q, dtype=np.float64),
+            joint_vel=np.array(state.dq, dtype=np.float64),
+            joint_torque=np.array(state.tau_J, dtype=np.float64),
+            ee_pos=np.array(state.O_T_EE.translation, dtype=np.float64),
+        )
+
+    def send(self, command: Command) -> Command:
+        import franky
+
+        if self.config.mode == "cartesian" and command.ee_target is not None:
+            w, x, y, z = command.ee_orientation if command.ee_orientation is not None else (0.0, 1.0, 0.0, 0.0)
+            pose = franky.Affine(list(map(float, command.ee_target)), [x, y, z, w])  # franky: (x, y, z, w)
+            motion = franky.CartesianMotion(pose, franky.ReferenceType.Absolute)
+        else:
+            motion = franky.JointMotion(list(map(float, command.position)))
+        if self._motion_type not in (None, type(motion)):  # franky cannot switch types mid-motion
+            self.robot.join_motion()
+        self._motion_type = type(motion)
+        try:
+            self.robot.move(motion, asynchronous=True)
+        except franky.ControlException:
+            self.stats["motion_errors"] += 1  # a reflex stopped the robot: recover, the next command continues
+            self.robot.recover_from_errors()
+        self.stats["commands"] += 1
+        return command
+
+    def disconnect(self) -> None:
+        """Stop the motion in progress; the arm holds its position under its own controller."""
+        if self.robot is None:
+            return
+        import franky
+
+        cartesian = self._motion_type is franky.CartesianMotion
+        try:
+            self.robot.move(franky.CartesianStopMotion() if cartesian else franky.JointStopMotion(), asynchronous=False)
+        except franky.ControlException:
+            self.robot.recover_from_errors()
+        self.robot = None

@@ -1,0 +1,72 @@
+"""The Franka driver (franky-control) against franky-sim, a MuJoCo FR3 speaking the libfranka protocol on
+127.0.0.1: the twin's kinematics match the robot's, a trained arm-reach policy reaches its goals in joint and
+Cartesian mode, and the workspace box holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policyforge.real_robot.deploy import ArmAdapter, ExportedPolicy
+from policyforge.real_robot.franka import Franka, FrankaConfig
+from policyforge.real_robot.launch import simulated_peer
+from policyforge.real_robot.loop import ControlLoop, LoopConfig
+from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
+from tests.real_robot.conftest import ASSETS
+
+ARM_POLICY = ASSETS / "arm-reach-policy.onnx"
+"""The `policyforge demo` PPO policy (configs/arm-reach-ppo.yaml, 400k env steps), exported to ONNX."""
+
+
+@pytest.fixture(scope="module")
+def franka(tmp_path_factory):
+    """One franky-sim per module (it binds fixed ports on 127.0.0.1)."""
+    peer = simulated_peer("franka", 0, tmp_path_factory.mktemp("franka") / "unused.json")
+    with peer, Franka(FrankaConfig(mode="joint")) as robot:
+        yield robot
+
+
+def run_policy(robot, goal, cartesian, seconds=6.0, policy=None):
+    """Run a policy for `seconds`; returns the loop's report and the end effector's distance to the goal at
+    each policy step (as the robot reports it)."""
+    exported = ExportedPolicy(ARM_POLICY)
+    adapter = ArmAdapter("arm-reach", exported.spec["task_options"], np.asarray(goal), cartesian=cartesian)
+    robot.config.mode = "cartesian" if cartesian else "joint"
+    safety_config = SafetyConfig(max_step=0.2, state_timeout=0.2, command_timeout=0.5)
+    safety = SafetyFilter(robot.spec, safety_config, adapter.forward_kinematics)
+    config = LoopConfig(rate_hz=25.0, policy_rate_hz=25.0, seconds=seconds, prepare_seconds=1.5)
+    errors = []
+    track = lambda tick, state, filtered: errors.append(np.linalg.norm(state.ee_pos - goal))  # noqa: E731
+    report = ControlLoop(robot, safety, policy or exported, adapter, config, track).run()
+    return report, np.asarray(errors)
+
+
+def test_the_twin_sees_the_end_effector_where_the_robot_reports_it(franka):
+    adapter = ArmAdapter("arm-reach", {}, np.zeros(3))
+    for _ in range(3):
+        state = franka.observe()
+        obs = adapter.observation(state, np.zeros(5))
+        np.testing.assert_allclose(obs[14:17], state.ee_pos, atol=2e-3)  # tcp_pos in the task's observation
+        np.testing.assert_allclose(adapter.forward_kinematics(state.joint_pos), state.ee_pos, atol=2e-3)
+
+
+@pytest.mark.parametrize("cartesian", [False, True], ids=["joint", "cartesian"])
+def test_a_trained_arm_reach_policy_reaches_its_goals(franka, cartesian):
+    for goal in ([0.45, 0.2, 0.3], [0.6, -0.2, 0.2]):
+        report, errors = run_policy(franka, goal, cartesian)
+        assert errors[30] > 0.2  # starts far (during the 1.5 s move to the ready pose)
+        # reaches the task's success distance, then hovers near the goal: franky-sim's arm lags the simulator's
+        # PD-driven one, and the policy (trained without that lag) overshoots by centimetres (README, deploy)
+        assert errors.min() < 0.05 and np.median(errors[-50:]) < 0.15, (goal, np.round(errors[::25], 3))
+        assert report.final_mode == "normal" and report.policy_steps >= 140
+
+
+def test_the_workspace_box_holds_against_a_policy_that_dives(franka):
+    class Dives:  # straight down, through the table
+        def __call__(self, obs):
+            return np.array([0.0, 0.0, -1.0, 0.0, 1.0])
+
+    for cartesian in (False, True):
+        report, _ = run_policy(franka, [0.5, 0.0, 0.3], cartesian, seconds=4.0, policy=Dives())
+        assert report.interventions.get("workspace", 0) > 0
+        assert franka.observe().ee_pos[2] > franka.spec.workspace_low[2] - 0.01
