@@ -23,7 +23,7 @@ from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_, LowState_
 from unitree_sdk2py.utils.crc import CRC
 
 from policyforge.real_robot import dds
-from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
+from policyforge.real_robot.robot import Command, Robot, RobotClock, RobotSpec, RobotState
 from policyforge.sims.task import asset_path
 from policyforge.sims.tasks.quadruped import JOINT_NAMES
 
@@ -114,28 +114,6 @@ def empty_lowstate() -> LowState_:
 # -- driver ------------------------------------------------------------------------------------------------
 
 
-class RobotClock:
-    """Maps the robot's own time stamps (the LowState tick, ms) onto this computer's monotonic clock, so that a
-    state delayed in transit is seen as old, not fresh. The offset between the clocks is the smallest seen
-    (the fastest delivery), allowed to creep up by `drift` s per s so that a robot clock running slow does not
-    make every state look older and older."""
-
-    def __init__(self, drift: float = 0.02):
-        self.drift = drift
-        self.offset: float | None = None
-        self.last_now = 0.0
-
-    def stamp(self, robot_time: float, now: float) -> float:
-        """When a state stamped `robot_time` (s) by the robot was measured, in `time.monotonic()` seconds."""
-        offset = now - robot_time
-        if self.offset is None or offset < self.offset:
-            self.offset = offset
-        else:
-            self.offset = min(offset, self.offset + self.drift * (now - self.last_now))
-        self.last_now = now
-        return robot_time + self.offset
-
-
 @dataclasses.dataclass
 class Go2Config:
     """Connection to a Go2 (or its simulated peer)."""
@@ -192,6 +170,7 @@ class Go2(Robot):
                 self.stats["bad_crc_states"] += 1
                 continue
             state = lowstate_state(msg, self._clock.stamp(msg.tick * 1e-3, time.monotonic()))
+            state.robot_time = msg.tick * 1e-3
             self.stats["states"] += 1
             if self._latest is not None:
                 gap_ms = (state.stamp - self._latest.stamp) * 1e3

@@ -79,11 +79,13 @@ def simulated_peer(
     for its final facts."""
     if robot == "franka":  # franky-sim: a MuJoCo FR3 serving the libfranka protocol on 127.0.0.1
         command = [str(Path(sys.executable).with_name("franky-sim")), "-s", "mujoco", "--hostname", "127.0.0.1"]
+    elif robot == "ur":  # our RTDE peer (receive side of a UR controller) on 127.0.0.1:30004
+        command = [sys.executable, "-m", "policyforge.real_robot.peers.rtde_sim"]
     elif robot == "go2":
         command = [sys.executable, "-m", "policyforge.real_robot.peers.go2_sim", "--domain-id", str(domain_id)]
         command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else []) + list(extra_args)
     else:
-        raise ConfigError("robot", f"no simulated peer for {robot!r}; peers: ['franka', 'go2']")
+        raise ConfigError("robot", f"no simulated peer for {robot!r}; peers: ['franka', 'go2', 'ur']")
     quiet = subprocess.DEVNULL if robot == "franka" else None
     process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=quiet)
     try:
@@ -135,7 +137,10 @@ def deploy(config: DeployConfig) -> tuple[LoopReport, dict]:
             _record(config.record, report, policy_rate, task)
         facts = {}
         if final.ee_pos is not None:  # arms: where the robot says its end effector ended
-            facts = {"ee_pos": final.ee_pos.tolist(), "goal_distance": float(np.linalg.norm(final.ee_pos - config.goal))}
+            facts = {
+                "ee_pos": final.ee_pos.tolist(),
+                "goal_distance": float(np.linalg.norm(final.ee_pos - config.goal)),
+            }
         if facts_path is not None and config.robot == "go2":
             time.sleep(0.2)  # the peer writes its facts ten times a second
             facts = read_facts(facts_path)

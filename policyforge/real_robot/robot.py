@@ -73,6 +73,8 @@ class RobotState:
     """End-effector position [3] in the base frame (arms), m."""
     sequence: int = 0
     """The robot's own counter of this reading (tick), to tell fresh readings from repeats."""
+    robot_time: float | None = None
+    """The robot's own time stamp of this reading, s (its clock, not ours)."""
 
 
 @dataclasses.dataclass
@@ -113,6 +115,28 @@ def safe_command(spec: RobotSpec, state: RobotState) -> Command:
         kd = spec.damping_kd if spec.damping_kd is not None else np.ones(spec.num_joints)
         return Command(position=state.joint_pos.copy(), velocity=zeros, torque=zeros.copy(), kp=zeros.copy(), kd=kd)
     return Command(position=state.joint_pos.copy(), velocity=zeros, torque=zeros.copy())
+
+
+class RobotClock:
+    """Maps the robot's own time stamps (the LowState tick, ms) onto this computer's monotonic clock, so that a
+    state delayed in transit is seen as old, not fresh. The offset between the clocks is the smallest seen
+    (the fastest delivery), allowed to creep up by `drift` s per s so that a robot clock running slow does not
+    make every state look older and older."""
+
+    def __init__(self, drift: float = 0.02):
+        self.drift = drift
+        self.offset: float | None = None
+        self.last_now = 0.0
+
+    def stamp(self, robot_time: float, now: float) -> float:
+        """When a state stamped `robot_time` (s) by the robot was measured, in `time.monotonic()` seconds."""
+        offset = now - robot_time
+        if self.offset is None or offset < self.offset:
+            self.offset = offset
+        else:
+            self.offset = min(offset, self.offset + self.drift * (now - self.last_now))
+        self.last_now = now
+        return robot_time + self.offset
 
 
 class Robot(abc.ABC):

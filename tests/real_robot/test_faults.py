@@ -12,7 +12,7 @@ import time
 import pytest
 
 from policyforge.real_robot.faults import go2_scenarios, run_scenario
-from policyforge.real_robot.go2 import RobotClock
+from policyforge.real_robot.robot import RobotClock
 from tests.real_robot.conftest import GO2_POLICY
 
 
