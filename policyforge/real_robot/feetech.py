@@ -1,0 +1,178 @@
+"""Feetech STS bus-servo arms (SO-100 class) on `feetech-servo-sdk`: positions by sync read, goals by sync write,
+joint angles through a calibration (each motor's centre and range, in raw steps) saved as JSON.
+
+Calibration (`record_calibration`): pose the arm in its middle position (all joints centred), then move every
+joint through its whole range while the positions are recorded; the centre becomes 0 rad and the range the
+spec's joint limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from policyforge.io import atomic_path
+from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
+
+SO100_MOTORS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+TORQUE_ENABLE, GOAL_POSITION, PRESENT_POSITION = 40, 42, 56
+STEPS_PER_TURN = 4096
+RAD_PER_STEP = 2 * np.pi / STEPS_PER_TURN
+MAX_SPEED = 2 * np.pi * 0.222 / 60 * 60  # STS3215: 0.222 s/60° at 12 V → ~4.7 rad/s
+STALL_TORQUE = 2.9  # N·m (30 kg·cm)
+
+
+@dataclasses.dataclass
+class MotorCalibration:
+    """One motor's calibration, raw steps (0 … 4095)."""
+
+    id: int
+    center: int
+    """Position at the arm's middle pose: 0 rad."""
+    range_min: int
+    range_max: int
+
+
+def save_calibration(path: Path, motors: dict[str, MotorCalibration]) -> None:
+    with atomic_path(Path(path)) as tmp:
+        tmp.write_text(json.dumps({name: dataclasses.asdict(m) for name, m in motors.items()}, indent=2) + "\n")
+
+
+def load_calibration(path: Path) -> dict[str, MotorCalibration]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no calibration at {path}: record one with record_calibration() first")
+    return {name: MotorCalibration(**fields) for name, fields in json.loads(path.read_text()).items()}
+
+
+@dataclasses.dataclass
+class FeetechConfig:
+    """A Feetech bus arm."""
+
+    port: str = "/dev/ttyACM0"
+    """Serial port of the bus adapter."""
+    calibration: Path = Path("calibration/so100.json")
+    """Calibration file (JSON)."""
+    motors: tuple[str, ...] = SO100_MOTORS
+    """Motor names, in bus order; their ids are 1, 2, … unless the calibration says otherwise."""
+    baudrate: int = 1_000_000
+    """Bus speed, baud."""
+    rate_hz: float = 30.0
+    """Command rate the spec announces."""
+
+
+class FeetechBus:
+    """Sync reads and writes of one 2-byte register over the servos `ids`."""
+
+    def __init__(self, port: str, baudrate: int, ids: list[int]):
+        import scservo_sdk as scs
+
+        self.scs, self.ids = scs, ids
+        self.port = scs.PortHandler(port)
+        if not self.port.openPort() or not self.port.setBaudRate(baudrate):
+            raise ConnectionError(f"Feetech: cannot open {port} at {baudrate} baud")
+        self.packets = scs.PacketHandler(0)  # STS/SMS: little-endian words
+        self.reader = scs.GroupSyncRead(self.port, self.packets, PRESENT_POSITION, 2)
+        for servo in ids:
+            self.reader.addParam(servo)
+
+    def ping(self, servo: int) -> bool:
+        _, result, _ = self.packets.ping(self.port, servo)
+        return result == self.scs.COMM_SUCCESS
+
+    def write_each(self, address: int, values: dict[int, int], size: int = 2) -> None:
+        writer = self.scs.GroupSyncWrite(self.port, self.packets, address, size)
+        for servo, value in values.items():
+            writer.addParam(servo, list(int(value).to_bytes(size, "little")))
+        if writer.txPacket() != self.scs.COMM_SUCCESS:
+            raise ConnectionError("Feetech: sync write failed")
+
+    def positions(self) -> np.ndarray:
+        """Present positions [n] in raw steps."""
+        if self.reader.txRxPacket() != self.scs.COMM_SUCCESS:
+            raise ConnectionError("Feetech: sync read of the positions failed")
+        return np.array([self.reader.getData(servo, PRESENT_POSITION, 2) for servo in self.ids], dtype=np.int64)
+
+    def close(self) -> None:
+        self.port.closePort()
+
+
+def record_calibration(bus: FeetechBus, motors: tuple[str, ...], seconds: float, path: Path) -> dict:
+    """Centre = the positions now (the arm in its middle pose); range = the extremes seen while the joints are
+    moved by hand for `seconds`. Saved to `path`."""
+    center = bus.positions()
+    low, high = center.copy(), center.copy()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        now = bus.positions()
+        low, high = np.minimum(low, now), np.maximum(high, now)
+        time.sleep(0.01)
+    calibration = {
+        name: MotorCalibration(servo, int(c), int(lo), int(hi))
+        for name, servo, c, lo, hi in zip(motors, bus.ids, center, low, high, strict=True)
+    }
+    save_calibration(path, calibration)
+    return calibration
+
+
+class FeetechArm(Robot):
+    """A calibrated Feetech bus arm; joint angles in rad (0 at the calibration's middle pose)."""
+
+    def __init__(self, config: FeetechConfig | None = None):
+        self.config = config or FeetechConfig()
+        self.calibration = load_calibration(self.config.calibration)
+        missing = [m for m in self.config.motors if m not in self.calibration]
+        if missing:
+            raise ValueError(f"{self.config.calibration} has no calibration for {missing}: record it again")
+        motors = [self.calibration[m] for m in self.config.motors]
+        self.ids = [m.id for m in motors]
+        self.center = np.array([m.center for m in motors])
+        self.raw_low, self.raw_high = np.array([m.range_min for m in motors]), np.array([m.range_max for m in motors])
+        n = len(motors)
+        self.spec = RobotSpec(
+            name="feetech-arm",
+            joint_names=tuple(self.config.motors),
+            position_low=(self.raw_low - self.center) * RAD_PER_STEP,
+            position_high=(self.raw_high - self.center) * RAD_PER_STEP,
+            max_velocity=np.full(n, MAX_SPEED),
+            max_torque=np.full(n, STALL_TORQUE),
+            control_rate_hz=self.config.rate_hz,
+            safe_mode="hold",
+        )
+        self.bus: FeetechBus | None = None
+        self._previous: tuple[float, np.ndarray] | None = None
+
+    def connect(self, timeout: float = 5.0) -> None:
+        self.bus = FeetechBus(self.config.port, self.config.baudrate, self.ids)
+        absent = [name for name, servo in zip(self.config.motors, self.ids, strict=True) if not self.bus.ping(servo)]
+        if absent:
+            self.bus.close()
+            raise ConnectionError(f"Feetech: no answer from {absent} on {self.config.port} (check power and ids)")
+        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, self.bus.positions(), strict=True)))  # hold
+        self.bus.write_each(TORQUE_ENABLE, dict.fromkeys(self.ids, 1), size=1)
+
+    def observe(self) -> RobotState:
+        raw, now = self.bus.positions(), time.monotonic()
+        position = (raw - self.center) * RAD_PER_STEP
+        velocity = np.zeros_like(position)
+        if self._previous is not None and now > self._previous[0]:
+            velocity = (position - self._previous[1]) / (now - self._previous[0])
+        self._previous = (now, position)
+        return RobotState(stamp=now, joint_pos=position, joint_vel=velocity)
+
+    def send(self, command: Command) -> Command:
+        raw = np.clip(np.round(self.center + command.position / RAD_PER_STEP), self.raw_low, self.raw_high)
+        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, raw.astype(int), strict=True)))
+        return Command(position=(raw - self.center) * RAD_PER_STEP)
+
+    def disconnect(self) -> None:
+        """Hold the present pose (torque stays on: switched off, the arm would fall) and close the port."""
+        if self.bus is None:
+            return
+        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, self.bus.positions(), strict=True)))
+        self.bus.close()
+        self.bus = None

@@ -1,0 +1,110 @@
+"""The Feetech bus-arm driver (feetech-servo-sdk) against servos emulated behind a pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from policyforge.real_robot.feetech import (
+    RAD_PER_STEP,
+    SO100_MOTORS,
+    FeetechArm,
+    FeetechBus,
+    FeetechConfig,
+    load_calibration,
+    record_calibration,
+)
+from policyforge.real_robot.peers.feetech_sim import FeetechBusPeer
+from policyforge.real_robot.robot import Command
+from policyforge.real_robot.safety import SafetyFilter
+
+IDS = [1, 2, 3, 4, 5, 6]
+CENTER = np.array([2048, 2000, 2100, 2048, 1900, 2048])
+LOW, HIGH = CENTER - np.array([900, 700, 800, 600, 1500, 300]), CENTER + np.array([900, 800, 700, 600, 1500, 600])
+
+
+@pytest.fixture
+def bus_peer():
+    peer = FeetechBusPeer(IDS)
+    yield peer
+    peer.close()
+
+
+@pytest.fixture
+def calibrated(bus_peer, tmp_path):
+    """A calibration recorded while 'a person' poses the arm centred, then sweeps each joint end to end."""
+    for servo, raw in zip(IDS, CENTER, strict=True):
+        bus_peer.set_position(servo, int(raw))
+
+    def sweep():
+        time.sleep(0.1)
+        for servo, low, high in zip(IDS, LOW, HIGH, strict=True):
+            for raw in (low, high, (low + high) // 2):
+                bus_peer.set_position(servo, int(raw))
+                time.sleep(0.05)
+
+    path = tmp_path / "so100.json"
+    mover = threading.Thread(target=sweep)
+    mover.start()
+    bus = FeetechBus(bus_peer.port, 1_000_000, IDS)
+    record_calibration(bus, SO100_MOTORS, 1.5, path)
+    bus.close()
+    mover.join()
+    for servo, raw in zip(IDS, CENTER, strict=True):  # back to the middle pose
+        bus_peer.set_position(servo, int(raw))
+    return path
+
+
+def test_calibration_records_centres_and_ranges_as_json(calibrated):
+    saved = json.loads(calibrated.read_text())
+    assert list(saved) == list(SO100_MOTORS)
+    motors = load_calibration(calibrated)
+    assert [m.center for m in motors.values()] == CENTER.tolist()
+    assert [m.range_min for m in motors.values()] == LOW.tolist()
+    assert [m.range_max for m in motors.values()] == HIGH.tolist()
+
+
+def test_joint_angles_round_trip_through_the_bus(bus_peer, calibrated):
+    with FeetechArm(FeetechConfig(port=bus_peer.port, calibration=calibrated)) as arm:
+        np.testing.assert_allclose(arm.observe().joint_pos, 0.0, atol=RAD_PER_STEP)  # the middle pose is 0 rad
+        target = np.array([0.3, -0.2, 0.4, -0.5, 1.0, 0.2])
+        sent = arm.send(Command(position=target))
+        np.testing.assert_allclose(sent.position, target, atol=RAD_PER_STEP)
+        expected_raw = np.round(CENTER + target / RAD_PER_STEP).astype(int).tolist()
+        deadline = time.monotonic() + 1  # the sync write has no reply: give the bus a moment
+        while [bus_peer.word(s, 42) for s in IDS] != expected_raw and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert [bus_peer.word(s, 42) for s in IDS] == expected_raw
+        deadline = time.monotonic() + 3
+        while np.abs(arm.observe().joint_pos - target).max() > 2 * RAD_PER_STEP and time.monotonic() < deadline:
+            time.sleep(0.02)
+        np.testing.assert_allclose(arm.observe().joint_pos, target, atol=2 * RAD_PER_STEP)
+
+
+def test_commands_beyond_the_calibrated_range_never_reach_the_servos(bus_peer, calibrated):
+    with FeetechArm(FeetechConfig(port=bus_peer.port, calibration=calibrated)) as arm:
+        safety = SafetyFilter(arm.spec)
+        state = arm.observe()
+        for k in range(60):  # a policy asking for +3 rad everywhere
+            out = safety(Command(position=np.full(6, 3.0)), arm.observe(), state.stamp + 0.001 * k)
+            arm.send(out.command)
+        assert safety.counts["position_limit"] == 60
+    goals = np.array([goal for _, goal in bus_peer.goals_written])
+    servos = np.array([servo for servo, _ in bus_peer.goals_written])
+    for i, servo in enumerate(IDS):
+        assert goals[servos == servo].max() <= HIGH[i] and goals[servos == servo].min() >= LOW[i]
+
+
+def test_a_missing_servo_is_named(bus_peer, calibrated, tmp_path):
+    motors = json.loads(calibrated.read_text())
+    motors["gripper"]["id"] = 9  # not on the bus
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(motors))
+    with pytest.raises(ConnectionError, match=r"no answer from \['gripper'\]"):
+        FeetechArm(FeetechConfig(port=bus_peer.port, calibration=moved)).connect()
+    with pytest.raises(FileNotFoundError, match="record_calibration"):
+        FeetechArm(FeetechConfig(port=bus_peer.port, calibration=tmp_path / "none.json"))
