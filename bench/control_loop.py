@@ -96,7 +96,7 @@ def main() -> None:
             r["loop"], f"{r['rate_hz']:.0f}", f"{r['achieved_hz']:.1f}", f"{r['median_jitter_ms']:.3f}",
             f"{r['p99_jitter_ms']:.3f}", f"{r['max_jitter_ms']:.2f}", str(r["overruns"]),
         )  # fmt: skip
-    Console().print(table)
+    Console(width=160).print(table)
     fast = next(r for r in rows if r["loop"].startswith("ControlLoop") and r["rate_hz"] == 500.0)
     print(json.dumps({**{k: fast[k] for k in ("rate_hz", "p99_jitter_ms", "overruns")}, "all": rows}))
 

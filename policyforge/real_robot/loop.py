@@ -110,9 +110,10 @@ class PolicyWorker:
             return True
 
     def result(self, timeout: float) -> np.ndarray | None:
-        """The answer to the last request, waiting at most `timeout` s; None if not ready."""
+        """The answer to the last request, waiting at most `timeout` s; None if not ready (or the policy
+        raised: a crashing policy is a stalled policy, the safety filter handles it)."""
         with self._cv:
-            self._cv.wait_for(lambda: self._result is not None, timeout=timeout)
+            self._cv.wait_for(lambda: not self._busy, timeout=timeout)
             result, self._result = self._result, None
             return result
 
@@ -130,7 +131,7 @@ class PolicyWorker:
                 obs, self._request = self._request, None
             try:
                 action = np.asarray(self.policy(obs), dtype=np.float64)
-            except Exception:  # a crashing policy is a stalled policy: the safety filter handles it
+            except Exception:
                 action = None
             with self._cv:
                 self._result, self._busy = action, False
