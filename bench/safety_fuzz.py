@@ -1,8 +1,9 @@
-"""Fault injection on the Go2 driver + its DDS peer: adversarial policies (NaN, huge, oscillating, stalling,
-crashing) and a misbehaving link (dropped and delayed state messages, a robot computer that dies), through
-the safety filter and the 500 Hz control loop, with the peer auditing every command it receives.
+"""Fault injection on the drivers + their peers: adversarial policies (NaN, huge, oscillating, stalling,
+crashing) and a misbehaving link (dropped and delayed state messages, a robot computer that dies, a bus
+adapter unplugged), through the safety filter and the control loop, with the peer auditing every command it
+receives — the Go2 over DDS (500 Hz) and a Feetech bus arm over a pseudo-terminal (30 Hz).
 
-    python bench/safety_fuzz.py [--policy tests/real_robot/assets/quadruped-walk-policy.onnx]
+    python bench/safety_fuzz.py [--robots go2 feetech] [--policy tests/real_robot/assets/quadruped-walk-policy.onnx]
 
 Prints a table; the last line is JSON {"commands_sent", "unsafe_commands_reaching_peer", "faults_injected",
 "faults_handled"}.
@@ -18,23 +19,24 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from policyforge.real_robot.faults import fuzz_go2
+from policyforge.real_robot.faults import fuzz
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", type=Path, default=Path("tests/real_robot/assets/quadruped-walk-policy.onnx"))
+    parser.add_argument("--robots", nargs="+", default=["go2", "feetech"], choices=["go2", "feetech"])
     args = parser.parse_args()
     logging.getLogger("policyforge.safety").setLevel(logging.CRITICAL)  # the table says what happened
-    rows, summary = fuzz_go2(args.policy)
-    table = Table(title="fault injection: Go2 driver + DDS peer, 500 Hz loop")
-    for column in ("fault", "commands sent", "unsafe at peer", "interventions", "final mode", "handled"):
+    rows, summary = fuzz(args.policy, tuple(args.robots))
+    table = Table(title="fault injection: drivers + their protocol peers")
+    for column in ("robot", "fault", "commands sent", "unsafe at peer", "interventions", "final mode", "handled"):
         table.add_column(column)
     for r in rows:
         interventions = ", ".join(f"{k} {v}" for k, v in sorted(r["interventions"].items()))
         table.add_row(
-            r["scenario"], str(r["commands_sent"]), str(r["unsafe_at_peer"]), interventions, r["final_mode"],
-            "yes" if r["handled"] else "NO",
+            r["robot"], r["scenario"], str(r["commands_sent"]), str(r["unsafe_at_peer"]), interventions,
+            r["final_mode"], "yes" if r["handled"] else "NO",
         )  # fmt: skip
     Console(width=180).print(table)
     print(json.dumps(summary))

@@ -1,7 +1,8 @@
 """Fault injection: a driver + its protocol peer, driven through the safety filter and the control loop by
 adversarial policies and a misbehaving link, with the peer auditing every command that reaches "the motors".
 
-Each scenario starts a fresh peer, stands the robot up, runs a walking policy and injects one fault part-way.
+Each scenario starts a fresh peer, brings the robot to its default pose, runs a working policy (the Go2: the
+walking policy; a Feetech arm: a smooth joint-space wave) and injects one fault part-way.
 It is handled when no unsafe command reached the peer and the filter reacted as it must: bad actions refused,
 and the robot in its safe mode (damping) or e-stopped at the end of a fault that persists.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +19,19 @@ from pathlib import Path
 import numpy as np
 
 from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
+from policyforge.real_robot.feetech import (
+    RAD_PER_STEP,
+    SO100_MOTORS,
+    FeetechArm,
+    FeetechConfig,
+    MotorCalibration,
+    save_calibration,
+)
 from policyforge.real_robot.go2 import Go2, Go2Config
 from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
+from policyforge.real_robot.peers.feetech_sim import FeetechBusPeer
+from policyforge.real_robot.robot import Command, RobotSpec, RobotState
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from policyforge.sims.tasks.quadruped import QuadrupedConfig
 
@@ -28,15 +40,15 @@ PREPARE_S, RUN_S, FAULT_AT_S = 1.0, 3.0, 1.0
 
 
 class FaultyPolicy:
-    """A working policy that turns bad after `FAULT_AT_S` of policy time (50 steps a second)."""
+    """A working policy that turns bad after `FAULT_AT_S` of policy time (`rate_hz` steps a second)."""
 
-    def __init__(self, policy: Callable[[np.ndarray], np.ndarray], fault: str):
-        self.policy, self.fault, self.steps = policy, fault, 0
+    def __init__(self, policy: Callable[[np.ndarray], np.ndarray], fault: str, rate_hz: float = 50.0):
+        self.policy, self.fault, self.steps, self.rate_hz = policy, fault, 0, rate_hz
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         self.steps += 1
         action = self.policy(obs)
-        if self.steps <= FAULT_AT_S * 50:
+        if self.steps <= FAULT_AT_S * self.rate_hz:
             return action
         if self.fault == "nan":
             return np.full_like(action, np.nan)
@@ -107,13 +119,15 @@ def run_scenario(scenario: Scenario, policy_path: Path, workdir: Path) -> dict:
     }
 
 
-def fuzz_go2(policy_path: Path, scenarios: list[Scenario] | None = None) -> tuple[list[dict], dict]:
-    """Every scenario; returns the rows and the summary {commands_sent, unsafe_commands_reaching_peer,
-    faults_injected, faults_handled}."""
+def fuzz(policy_path: Path, robots: tuple[str, ...] = ("go2", "feetech")) -> tuple[list[dict], dict]:
+    """Every scenario of every robot; returns the rows and the summary {commands_sent,
+    unsafe_commands_reaching_peer, faults_injected, faults_handled}."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="policyforge-fuzz-") as tmp:
-        for scenario in scenarios or go2_scenarios():
-            rows.append(run_scenario(scenario, policy_path, Path(tmp)))
+        if "go2" in robots:
+            rows += [{"robot": "go2", **run_scenario(s, policy_path, Path(tmp))} for s in go2_scenarios()]
+        if "feetech" in robots:
+            rows += [{"robot": "feetech", **run_feetech_scenario(s, Path(tmp))} for s in feetech_scenarios()]
     summary = {
         "commands_sent": sum(r["commands_sent"] for r in rows),
         "unsafe_commands_reaching_peer": sum(r["unsafe_at_peer"] for r in rows),
@@ -121,3 +135,94 @@ def fuzz_go2(policy_path: Path, scenarios: list[Scenario] | None = None) -> tupl
         "faults_handled": sum(r["handled"] for r in rows),
     }
     return rows, summary
+
+
+# -- Feetech bus arm ---------------------------------------------------------------------------------------
+
+FEETECH_IDS = [1, 2, 3, 4, 5, 6]
+FEETECH_RATE_HZ = 30.0
+
+
+class JointAdapter:
+    """A joint-space policy on a bus arm: actions [-1, 1] span each joint's calibrated range; the observation is
+    the joints and the last action."""
+
+    def __init__(self, spec: RobotSpec):
+        self.mid = (spec.position_low + spec.position_high) / 2
+        self.half = (spec.position_high - spec.position_low) / 2
+        self.action_dim = spec.num_joints
+        self.default_pose = self.mid.copy()
+
+    def observation(self, state: RobotState, last_action: np.ndarray) -> np.ndarray:
+        return np.concatenate([state.joint_pos, last_action])
+
+    def command(self, action: np.ndarray) -> Command:
+        return Command(position=self.mid + np.clip(action, -1.0, 1.0) * self.half)
+
+    def pose_command(self, position: np.ndarray) -> Command:
+        return Command(position=np.asarray(position, dtype=np.float64))
+
+
+class WavePolicy:
+    """A smooth working policy: every joint swings through half its range at 0.25 Hz."""
+
+    def __init__(self):
+        self.step = 0
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        self.step += 1
+        return 0.5 * np.sin(2 * np.pi * 0.25 * self.step / FEETECH_RATE_HZ + np.arange(6))
+
+
+def feetech_scenarios() -> list[Scenario]:
+    return [
+        Scenario("NaN actions", policy_fault="nan"),
+        Scenario("huge actions (1e6)", policy_fault="huge"),
+        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating"),
+        Scenario("policy stalls (10 s)", policy_fault="stall"),
+        Scenario("policy raises", policy_fault="exception"),
+        Scenario("servos silent for 0.3 s", peer_args=("silence",), expect="safe"),
+        Scenario("bus adapter unplugged", peer_args=("die",)),
+    ]
+
+
+def run_feetech_scenario(scenario: Scenario, workdir: Path) -> dict:
+    """One scenario on servos emulated behind a pseudo-terminal; the audit checks every goal written."""
+    peer = FeetechBusPeer(FEETECH_IDS)
+    calibration = workdir / "so100.json"
+    save_calibration(
+        calibration, {m: MotorCalibration(i, 2048, 1248, 2848) for m, i in zip(SO100_MOTORS, FEETECH_IDS, strict=True)}
+    )
+    policy = FaultyPolicy(WavePolicy(), scenario.policy_fault or "", rate_hz=FEETECH_RATE_HZ)
+    fault_at = PREPARE_S + FAULT_AT_S
+    if "silence" in scenario.peer_args:
+        threading.Timer(fault_at, peer.silence, [0.3]).start()
+    if "die" in scenario.peer_args:
+        threading.Timer(fault_at, peer.close).start()
+    modes: set[str] = set()
+    try:
+        with FeetechArm(FeetechConfig(port=peer.port, calibration=calibration, rate_hz=FEETECH_RATE_HZ)) as arm:
+            safety = SafetyFilter(arm.spec, SafetyConfig())
+            config = LoopConfig(
+                rate_hz=FEETECH_RATE_HZ, policy_rate_hz=FEETECH_RATE_HZ, seconds=RUN_S, prepare_seconds=PREPARE_S
+            )
+            loop = ControlLoop(arm, safety, policy, JointAdapter(arm.spec), config, lambda t, s, f: modes.add(f.mode))
+            report = loop.run()
+    finally:
+        peer.close()
+    goals = np.array(peer.goals_written)
+    unsafe = 0
+    max_step_raw = SafetyConfig().max_step / RAD_PER_STEP + 1  # + rounding to whole steps
+    for servo in FEETECH_IDS:
+        mine = goals[goals[:, 0] == servo, 1]
+        unsafe += int(np.sum((mine < 1248) | (mine > 2848)) + np.sum(np.abs(np.diff(mine)) > max_step_raw))
+    reacted = {"estop": report.final_mode == "estop", "safe": bool(modes & {"safe", "estop"})}[scenario.expect]
+    return {
+        "scenario": scenario.name,
+        "commands_sent": len(goals) // len(FEETECH_IDS),
+        "unsafe_at_peer": unsafe,
+        "interventions": report.interventions,
+        "final_mode": report.final_mode,
+        "handled": bool(reacted and unsafe == 0),
+        "first_unsafe": None,
+    }

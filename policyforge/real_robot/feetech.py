@@ -8,8 +8,10 @@ spec's joint limits.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import termios
 import time
 from pathlib import Path
 
@@ -88,17 +90,27 @@ class FeetechBus:
         writer = self.scs.GroupSyncWrite(self.port, self.packets, address, size)
         for servo, value in values.items():
             writer.addParam(servo, list(int(value).to_bytes(size, "little")))
-        if writer.txPacket() != self.scs.COMM_SUCCESS:
+        if _transfer(writer.txPacket) != self.scs.COMM_SUCCESS:
             raise ConnectionError("Feetech: sync write failed")
 
     def positions(self) -> np.ndarray:
         """Present positions [n] in raw steps."""
-        if self.reader.txRxPacket() != self.scs.COMM_SUCCESS:
+        if _transfer(self.reader.txRxPacket) != self.scs.COMM_SUCCESS:
             raise ConnectionError("Feetech: sync read of the positions failed")
         return np.array([self.reader.getData(servo, PRESENT_POSITION, 2) for servo in self.ids], dtype=np.int64)
 
     def close(self) -> None:
         self.port.closePort()
+
+
+def _transfer(call) -> int:
+    """A bus transfer's result code; an adapter that vanished (I/O errors from the port) is a failed transfer."""
+    import serial
+
+    try:
+        return call()
+    except (OSError, termios.error, serial.SerialException):
+        return -1
 
 
 def record_calibration(bus: FeetechBus, motors: tuple[str, ...], seconds: float, path: Path) -> dict:
@@ -145,6 +157,8 @@ class FeetechArm(Robot):
         )
         self.bus: FeetechBus | None = None
         self._previous: tuple[float, np.ndarray] | None = None
+        self._last: RobotState | None = None
+        self.stats = {"failed_reads": 0, "failed_writes": 0}
 
     def connect(self, timeout: float = 5.0) -> None:
         self.bus = FeetechBus(self.config.port, self.config.baudrate, self.ids)
@@ -156,23 +170,38 @@ class FeetechArm(Robot):
         self.bus.write_each(TORQUE_ENABLE, dict.fromkeys(self.ids, 1), size=1)
 
     def observe(self) -> RobotState:
-        raw, now = self.bus.positions(), time.monotonic()
+        """The joints now; when the bus does not answer, the last reading (its stamp shows its age)."""
+        try:
+            raw, now = self.bus.positions(), time.monotonic()
+        except ConnectionError:
+            self.stats["failed_reads"] += 1
+            if self._last is None:
+                raise
+            return self._last
         position = (raw - self.center) * RAD_PER_STEP
         velocity = np.zeros_like(position)
         if self._previous is not None and now > self._previous[0]:
             velocity = (position - self._previous[1]) / (now - self._previous[0])
         self._previous = (now, position)
-        return RobotState(stamp=now, joint_pos=position, joint_vel=velocity)
+        self._last = RobotState(stamp=now, joint_pos=position, joint_vel=velocity)
+        return self._last
 
     def send(self, command: Command) -> Command:
         raw = np.clip(np.round(self.center + command.position / RAD_PER_STEP), self.raw_low, self.raw_high)
-        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, raw.astype(int), strict=True)))
+        try:
+            self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, raw.astype(int), strict=True)))
+        except ConnectionError:  # a dead bus: the servos keep their last goal (and torque)
+            self.stats["failed_writes"] += 1
         return Command(position=(raw - self.center) * RAD_PER_STEP)
 
     def disconnect(self) -> None:
         """Hold the present pose (torque stays on: switched off, the arm would fall) and close the port."""
         if self.bus is None:
             return
-        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, self.bus.positions(), strict=True)))
-        self.bus.close()
+        try:
+            self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, self.bus.positions(), strict=True)))
+        except ConnectionError:
+            self.stats["failed_writes"] += 1
+        with contextlib.suppress(OSError, termios.error):
+            self.bus.close()
         self.bus = None

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from policyforge.real_robot.faults import go2_scenarios, run_scenario
+from policyforge.real_robot.faults import feetech_scenarios, go2_scenarios, run_feetech_scenario, run_scenario
 from policyforge.real_robot.robot import RobotClock
 from tests.real_robot.conftest import GO2_POLICY
 
@@ -23,6 +23,13 @@ def test_every_fault_is_handled_and_nothing_unsafe_reaches_the_robot(scenario, t
     assert result["unsafe_at_peer"] == 0, result["first_unsafe"]
     assert result["handled"], result
     assert result["commands_sent"] > 1000  # the loop kept commanding (safe commands) through the fault
+
+
+@pytest.mark.parametrize("scenario", feetech_scenarios(), ids=lambda s: s.name)
+def test_every_fault_on_a_feetech_bus_arm_is_handled(scenario, tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="policyforge.safety")
+    result = run_feetech_scenario(scenario, tmp_path)
+    assert result["unsafe_at_peer"] == 0 and result["handled"], result
 
 
 def test_robot_clock_sees_delayed_states_as_old_and_tolerates_a_slow_robot_clock():

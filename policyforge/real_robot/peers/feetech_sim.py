@@ -46,6 +46,8 @@ class FeetechBusPeer:
         self.goals_written: list[tuple[int, int]] = []
         """Every (id, goal) written, for audits."""
         self.bad_packets = 0
+        self.silent_until = 0.0
+        """Until this time (monotonic s) the servos answer nothing (a loose cable)."""
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -136,11 +138,20 @@ class FeetechBusPeer:
         if address <= GOAL_POSITION < address + len(data) - 1:
             self.goals_written.append((servo, self.word(servo, GOAL_POSITION)))
 
+    def silence(self, seconds: float) -> None:
+        """Answer no packet for `seconds` (writes still land): a dropped state stream."""
+        self.silent_until = time.monotonic() + seconds
+
     def _reply(self, servo: int, data: bytes) -> None:
+        if time.monotonic() < self.silent_until:
+            return
         body = bytes([servo, len(data) + 2, 0]) + bytes(data)
         os.write(self.master, b"\xff\xff" + body + bytes([checksum(body)]))
 
     def close(self) -> None:
+        """Stop serving and close the pseudo-terminal (an unplugged adapter). Idempotent."""
+        if self._closed.is_set():
+            return
         self._closed.set()
         self._thread.join(timeout=1)
         os.close(self.master)

@@ -272,6 +272,8 @@ def serve(config: Go2PeerConfig) -> dict:
         delay = start + robot.tick * period - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        elif delay < -0.01:  # fell behind (start-up, a stall): carry on at the real rate, never in a burst,
+            start -= delay  # as a robot's clock would — a burst would make the driver's clock estimate run ahead
     if config.stats_path is not None:
         _write(config.stats_path, facts, robot, start_xy, min_height, time.monotonic() - start)
     return facts
