@@ -93,10 +93,13 @@ class FeetechBus:
         if _transfer(writer.txPacket) != self.scs.COMM_SUCCESS:
             raise ConnectionError("Feetech: sync write failed")
 
-    def positions(self) -> np.ndarray:
-        """Present positions [n] in raw steps."""
-        if _transfer(self.reader.txRxPacket) != self.scs.COMM_SUCCESS:
-            raise ConnectionError("Feetech: sync read of the positions failed")
+    def positions(self, attempts: int = 3) -> np.ndarray:
+        """Present positions [n] in raw steps; a read that times out (a late reply) is retried."""
+        for _ in range(attempts):
+            if _transfer(self.reader.txRxPacket) == self.scs.COMM_SUCCESS:
+                break
+        else:
+            raise ConnectionError(f"Feetech: sync read of the positions failed {attempts} times")
         return np.array([self.reader.getData(servo, PRESENT_POSITION, 2) for servo in self.ids], dtype=np.int64)
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ def franka(tmp_path_factory):
         yield robot
 
 
-def run_policy(robot, goal, cartesian, seconds=6.0, policy=None):
+def run_policy(robot, goal, cartesian, seconds=8.0, policy=None):
     """Run a policy for `seconds`; returns the loop's report and the end effector's distance to the goal at
     each policy step (as the robot reports it)."""
     exported = ExportedPolicy(ARM_POLICY)
@@ -58,7 +58,7 @@ def test_a_trained_arm_reach_policy_reaches_its_goals(franka, cartesian):
         # reaches the task's success distance, then hovers near the goal: franky-sim's arm lags the simulator's
         # PD-driven one, and the policy (trained without that lag) overshoots by centimetres (README, deploy)
         assert errors.min() < 0.05 and np.median(errors[-50:]) < 0.15, (goal, np.round(errors[::25], 3))
-        assert report.final_mode == "normal" and report.policy_steps >= 120  # Cartesian: waits once for the switch
+        assert report.final_mode == "normal" and report.policy_steps >= 160  # Cartesian: waits once for the switch
 
 
 def test_the_workspace_box_holds_against_a_policy_that_dives(franka):
