@@ -84,12 +84,18 @@ class UR(Robot):
     def observe(self) -> RobotState:
         if self.receive is None:
             raise RuntimeError("UR: not connected (call connect() or use `with UR(...) as robot`)")
-        robot_time = self.receive.getTimestamp()
+        # ur-rtde updates each output in a background thread: read until one data package's values were read
+        # together (the controller's timestamp unchanged across the reads)
+        for _ in range(5):
+            robot_time = self.receive.getTimestamp()
+            q, qd, pose = self.receive.getActualQ(), self.receive.getActualQd(), self.receive.getActualTCPPose()
+            if self.receive.getTimestamp() == robot_time:
+                break
         state = RobotState(
             stamp=self._clock.stamp(robot_time, time.monotonic()),
-            joint_pos=np.array(self.receive.getActualQ()),
-            joint_vel=np.array(self.receive.getActualQd()),
-            ee_pos=np.array(self.receive.getActualTCPPose()[:3]),
+            joint_pos=np.array(q),
+            joint_vel=np.array(qd),
+            ee_pos=np.array(pose[:3]),
             robot_time=robot_time,
         )
         running = self.receive.getRobotMode() == ROBOT_MODE_RUNNING

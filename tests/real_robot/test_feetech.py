@@ -45,13 +45,13 @@ def calibrated(bus_peer, tmp_path):
         for servo, low, high in zip(IDS, LOW, HIGH, strict=True):
             for raw in (low, high, (low + high) // 2):
                 bus_peer.set_position(servo, int(raw))
-                time.sleep(0.05)
+                time.sleep(0.15)  # long enough for a few reads on a loaded machine
 
     path = tmp_path / "so100.json"
     mover = threading.Thread(target=sweep)
     mover.start()
     bus = FeetechBus(bus_peer.port, 1_000_000, IDS)
-    record_calibration(bus, SO100_MOTORS, 1.5, path)
+    record_calibration(bus, SO100_MOTORS, 3.2, path)
     bus.close()
     mover.join()
     for servo, raw in zip(IDS, CENTER, strict=True):  # back to the middle pose

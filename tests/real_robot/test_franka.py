@@ -56,8 +56,8 @@ def test_a_trained_arm_reach_policy_reaches_its_goals(franka, cartesian):
         report, errors = run_policy(franka, goal, cartesian)
         assert errors[30] > 0.2  # starts far (during the 1.5 s move to the ready pose)
         # reaches the task's success distance. Afterwards it hovers 2-10 cm around the goal (franky-sim's arm
-        # lags the simulator's; the policy was not trained with that lag), and in about one run in ten in joint
-        # mode it later drifts far away — not diagnosed yet (README: deploy limits)
+        # lags the simulator's; the policy was not trained with that lag), and in some joint-mode runs it later
+        # drifts far away — not diagnosed yet (README: deploy limits)
         assert errors.min() < 0.05, (goal, np.round(errors[::25], 3))
         assert report.final_mode == "normal" and report.policy_steps >= 110  # Cartesian: waits once for the switch
 
