@@ -108,16 +108,7 @@ def run_scenario(scenario: Scenario, policy_path: Path, workdir: Path) -> dict:
         time.sleep(0.3)
         facts = read_facts(facts_path)
     unsafe = sum(facts.get("unsafe", {}).values())
-    reacted = _reacted(scenario, report, modes)
-    return {
-        "scenario": scenario.name,
-        "commands_sent": commands,
-        "unsafe_at_peer": unsafe,
-        "interventions": report.interventions,
-        "final_mode": report.final_mode,
-        "handled": bool(reacted and unsafe == 0),
-        "first_unsafe": facts.get("first_unsafe"),
-    }
+    return _result(scenario, report, modes, commands, unsafe, facts.get("first_unsafe"))
 
 
 def fuzz(
@@ -222,16 +213,7 @@ def run_feetech_scenario(scenario: Scenario, workdir: Path) -> dict:
     for servo in FEETECH_IDS:
         mine = goals[goals[:, 0] == servo, 1]
         unsafe += int(np.sum((mine < 1248) | (mine > 2848)) + np.sum(np.abs(np.diff(mine)) > max_step_raw))
-    reacted = _reacted(scenario, report, modes)
-    return {
-        "scenario": scenario.name,
-        "commands_sent": len(goals) // len(FEETECH_IDS),
-        "unsafe_at_peer": unsafe,
-        "interventions": report.interventions,
-        "final_mode": report.final_mode,
-        "handled": bool(reacted and unsafe == 0),
-        "first_unsafe": None,
-    }
+    return _result(scenario, report, modes, len(goals) // len(FEETECH_IDS), unsafe)
 
 
 # -- Franka (franky-sim) -----------------------------------------------------------------------------------
@@ -286,20 +268,21 @@ def run_franka_scenario(scenario: Scenario, policy_path: Path) -> dict:
         config = LoopConfig(rate_hz=rate, policy_rate_hz=rate, seconds=RUN_S, prepare_seconds=PREPARE_S)
         report = ControlLoop(robot, safety, policy, adapter, config).run()
         commands, unsafe = robot.stats["commands"], robot.unsafe
+    return _result(scenario, report, set(), commands, unsafe)
+
+
+def _result(
+    scenario: Scenario, report, modes: set[str], commands: int, unsafe: int, first_unsafe: dict | None = None
+) -> dict:
+    """One scenario's row: handled when nothing unsafe reached the peer and the filter reacted as
+    `scenario.expect` demands (`modes`: the filter modes seen during the run)."""
+    reacted = {"estop": report.final_mode == "estop", "safe": bool(modes & {"safe", "estop"})}[scenario.expect]
     return {
         "scenario": scenario.name,
         "commands_sent": commands,
         "unsafe_at_peer": unsafe,
         "interventions": report.interventions,
         "final_mode": report.final_mode,
-        "handled": bool(_reacted(scenario, report, set()) and unsafe == 0),
-        "first_unsafe": None,
+        "handled": bool(reacted and unsafe == 0),
+        "first_unsafe": first_unsafe,
     }
-
-
-def _reacted(scenario: Scenario, report, modes: set[str]) -> bool:
-    """Whether the filter reacted as `scenario.expect` demands."""
-    return {
-        "estop": report.final_mode == "estop",
-        "safe": bool(modes & {"safe", "estop"}),
-    }[scenario.expect]
