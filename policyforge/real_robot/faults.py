@@ -102,13 +102,19 @@ def run_scenario(scenario: Scenario, policy_path: Path, workdir: Path) -> dict:
         with Go2(Go2Config(domain_id=domain)) as robot:
             safety = SafetyFilter(robot.spec, SafetyConfig())
             config = LoopConfig(rate_hz=500.0, policy_rate_hz=50.0, seconds=RUN_S, prepare_seconds=PREPARE_S)
-            loop = ControlLoop(robot, safety, policy, adapter, config, lambda t, s, f: modes.add(f.mode))
-            report = loop.run()
+            last_tick = [-1]
+
+            def on_tick(tick: int, state, filtered) -> None:
+                modes.add(filtered.mode)
+                last_tick[0] = tick
+
+            report = ControlLoop(robot, safety, policy, adapter, config, on_tick).run()
             commands = robot.stats["commands"]
         time.sleep(0.3)
         facts = read_facts(facts_path)
     unsafe = sum(facts.get("unsafe", {}).values())
-    return _result(scenario, report, modes, commands, unsafe, facts.get("first_unsafe"))
+    row = _result(scenario, report, modes, commands, unsafe, facts.get("first_unsafe"))
+    return row | {"commanded_until_s": (last_tick[0] + 1) / config.rate_hz}
 
 
 def fuzz(

@@ -6,7 +6,8 @@ the robot) and the latest robot state, and returns the command to send:
 - a command with NaN/inf is rejected (the last accepted one stays in force);
 - targets are clamped to the joint limits, velocities and feed-forward torques to the spec's maxima, the
   position target moves at most `max_step` rad per tick, and a PD target is kept close enough to the measured
-  joint that kp·(q* − q) stays within the torque limit;
+  joint that kp·(q* − q) stays within the torque limit until the next command (the joint's measured velocity
+  times the state's age plus `torque_horizon`);
 - an end-effector target outside the workspace box is clamped into it; a joint target whose forward
   kinematics leaves the box is rejected;
 - no fresh state for `state_timeout` s, or no fresh command for `command_timeout` s → the robot's safe mode
@@ -67,9 +68,13 @@ class SafetyConfig:
     chatter: a trained walking policy stays near 0.2, alternating ±1 gives 2)."""
     oscillation_window: int = 25
     """Policy steps the oscillation is averaged over."""
+    torque_horizon: float = 0.005
+    """How long past the state's age the PD torque bound must hold (the next command's period plus its
+    delivery), s: the target keeps |q̇|·(age + this) further inside the bound, for the joint keeps moving."""
 
     def __post_init__(self) -> None:
         check(self.oscillation_window >= 2, "oscillation_window", f"must be ≥ 2, got {self.oscillation_window}")
+        check(self.torque_horizon >= 0, "torque_horizon", f"must be ≥ 0, got {self.torque_horizon}")
         for name in ("state_timeout", "command_timeout", "estop_after", "max_step", "oscillation_limit"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
 
@@ -172,7 +177,7 @@ class SafetyFilter:
         if self.estopped or faults:
             return self._safe_output(state, now, reasons)
         self._safe = None
-        out = self._limit_motion(self._accepted, state, reasons)
+        out = self._limit_motion(self._accepted, state, now, reasons)
         self._last_sent = out
         self._note(reasons, now)
         return Filtered(out, "normal", tuple(sorted(reasons)))
@@ -219,7 +224,7 @@ class SafetyFilter:
             faults.add("stale_command")
         return faults
 
-    def _limit_motion(self, command: Command, state: RobotState, reasons: set[str]) -> Command:
+    def _limit_motion(self, command: Command, state: RobotState, now: float, reasons: set[str]) -> Command:
         """Per-tick limits that depend on the last sent command and the measured state."""
         out = command.copy()
         previous = self._step_reference(state)
@@ -229,7 +234,9 @@ class SafetyFilter:
             reasons.add("step_limit")
         if out.kp is not None:  # kp·|q* − q| + |τ_ff| ≤ τ_max; this only pulls the target towards the joint
             feedforward = np.abs(out.torque) if out.torque is not None else 0.0
+            drift = np.abs(state.joint_vel) * (max(now - state.stamp, 0.0) + self.config.torque_horizon)
             reach = np.maximum(self.spec.max_torque - feedforward, 0.0) / np.maximum(out.kp, 1e-9)
+            reach = np.maximum(reach - drift, 0.0)
             bounded = np.clip(position, state.joint_pos - reach, state.joint_pos + reach)
             if not np.array_equal(bounded, position):
                 reasons.add("torque_limit")

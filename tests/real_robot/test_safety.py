@@ -71,6 +71,18 @@ def test_pd_targets_stay_within_the_torque_limit():
     assert np.all(implied <= 10.0 + 1e-9) and "torque_limit" in out.reasons
 
 
+def test_the_torque_bound_holds_while_a_moving_joint_keeps_moving():
+    """A joint moving away from its target at 5 rad/s with a 10 ms old state: the PD torque must stay within
+    the limit where the joint will be when the command lands (state age + torque_horizon later)."""
+    config = SafetyConfig(max_step=10.0, torque_horizon=0.005)
+    safety = SafetyFilter(arm_spec(), config)
+    velocity = np.array([-5.0, 0.0, 5.0])
+    out = safety(Command(position=np.full(J, 0.9), kp=np.full(J, 100.0)), state(0.0, dq=velocity), 0.01)
+    landed = 0.0 + velocity * (0.01 + config.torque_horizon)
+    assert np.all(out.command.kp * np.abs(out.command.position - landed) <= 10.0 + 1e-9)
+    assert out.command.position[1] == pytest.approx(0.1)  # a still joint keeps the whole reach
+
+
 def test_workspace_box_clamps_cartesian_targets_and_rejects_joint_targets_outside():
     spec = arm_spec(workspace_low=np.array([-0.5, -0.5, 0.0]), workspace_high=np.array([0.5, 0.5, 0.8]))
     safety = SafetyFilter(spec, forward_kinematics=lambda q: np.array([q[0], q[1], 0.5 + q[2]]))
