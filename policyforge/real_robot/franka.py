@@ -71,7 +71,7 @@ class Franka(Robot):
         self.config = config or FrankaConfig()
         self.spec = franka_spec(self.config.rate_hz)
         self.robot = None
-        self.stats = {"commands": 0, "motion_errors": 0}
+        self.stats = {"commands": 0, "motion_errors": 0, "planner_errors": 0}
         self._motion_type: type | None = None
 
     def connect(self, timeout: float = 5.0) -> None:
@@ -120,8 +120,23 @@ class Franka(Robot):
         except franky.ControlException:
             self.stats["motion_errors"] += 1  # a reflex stopped the robot: recover, the next command continues
             self.robot.recover_from_errors()
+        except RuntimeError as error:  # franky's trajectory planner (ruckig) found no trajectory to the target
+            if "planner" not in str(error).lower():
+                raise
+            self.stats["planner_errors"] += 1
+            return self._stop(franky)
         self.stats["commands"] += 1
         return command
+
+    def _stop(self, franky, asynchronous: bool = True) -> Command:
+        """Decelerate to a stop where the arm is (the motion in progress aimed at an older target); returns the
+        command that stands for it (hold the measured joints)."""
+        stop = franky.CartesianStopMotion() if self._motion_type is franky.CartesianMotion else franky.JointStopMotion()
+        try:
+            self.robot.move(stop, asynchronous=asynchronous)
+        except (franky.ControlException, RuntimeError):
+            self.robot.recover_from_errors()
+        return Command(position=np.array(self.robot.state.q, dtype=np.float64))
 
     def disconnect(self) -> None:
         """Stop the motion in progress; the arm holds its position under its own controller."""
@@ -129,9 +144,5 @@ class Franka(Robot):
             return
         import franky
 
-        cartesian = self._motion_type is franky.CartesianMotion
-        try:
-            self.robot.move(franky.CartesianStopMotion() if cartesian else franky.JointStopMotion(), asynchronous=False)
-        except franky.ControlException:
-            self.robot.recover_from_errors()
+        self._stop(franky, asynchronous=False)
         self.robot = None

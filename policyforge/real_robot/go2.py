@@ -62,10 +62,11 @@ def go2_spec() -> RobotSpec:
 # -- messages (shared with the simulated peer) -------------------------------------------------------------
 
 
-def lowcmd_message(command: Command) -> LowCmd_:
-    """A LowCmd_ with CRC for `command` (arrays [12]; missing velocity/torque/gains are 0)."""
+def lowcmd_message(command: Command, sequence: int = 0) -> LowCmd_:
+    """A LowCmd_ with CRC for `command` (arrays [12]; missing velocity/torque/gains are 0). The unused `reserve`
+    word carries `sequence` (the robot ignores it; our peer counts lost commands with it)."""
     msg = unitree_go_msg_dds__LowCmd_()
-    msg.head, msg.level_flag = list(HEAD), LOW_LEVEL
+    msg.head, msg.level_flag, msg.reserve = list(HEAD), LOW_LEVEL, sequence & 0xFFFFFFFF
     zeros = np.zeros(NUM_MOTORS)
     fields = [command.position, command.velocity, command.torque, command.kp, command.kd]
     q, dq, tau, kp, kd = (zeros if a is None else np.asarray(a, dtype=np.float32) for a in fields)
@@ -186,9 +187,9 @@ class Go2(Robot):
         return self._poll()
 
     def send(self, command: Command) -> Command:
-        msg = lowcmd_message(command)
-        self._writer.write(msg)
         self.stats["commands"] += 1
+        msg = lowcmd_message(command, self.stats["commands"])
+        self._writer.write(msg)
         return lowcmd_command(msg)
 
     def disconnect(self) -> None:

@@ -4,6 +4,8 @@ Cartesian mode, and the workspace box holds."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from policyforge.real_robot.deploy import ArmAdapter, ExportedPolicy
 from policyforge.real_robot.franka import Franka, FrankaConfig
 from policyforge.real_robot.launch import simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
+from policyforge.real_robot.robot import Command
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from tests.real_robot.conftest import ASSETS
 
@@ -77,3 +80,20 @@ def test_the_workspace_box_holds_against_a_policy_that_dives(franka):
         report, _ = run_policy(franka, [0.5, 0.0, 0.3], cartesian, seconds=4.0, policy=Dives())
         assert report.interventions.get("workspace", 0) > 0
         assert franka.observe().ee_pos[2] > franka.spec.workspace_low[2] - 0.01
+
+
+def test_a_motion_the_planner_rejects_stops_the_arm_and_the_driver_carries_on(franka):
+    import franky
+
+    start = franka.observe().joint_pos
+    # franky plans asynchronous motions in its control thread; a failure surfaces at the next `move`
+    franka.robot.move(franky.JointMotion([float("nan")] * 7), asynchronous=True)
+    time.sleep(0.3)
+    held = franka.send(Command(position=start + 0.05))
+    assert franka.stats["planner_errors"] == 1
+    np.testing.assert_allclose(held.position, start, atol=1e-3)  # what it did instead: stop where it is
+    for step in range(2, 5):
+        franka.send(Command(position=start + 0.05 * step))
+        time.sleep(0.2)
+    time.sleep(1.0)
+    np.testing.assert_allclose(franka.observe().joint_pos, start + 0.2, atol=5e-3)

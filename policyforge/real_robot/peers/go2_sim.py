@@ -196,7 +196,9 @@ class CommandAudit:
         self.first: dict | None = None
         """The first unsafe command, with the joints and the previous target (for the facts)."""
 
-    def check(self, command: Command, joint_pos: np.ndarray, joint_vel: np.ndarray) -> None:
+    def check(self, command: Command, joint_pos: np.ndarray, joint_vel: np.ndarray, lost: int = 0) -> None:
+        """Audit one received command; `lost`: commands lost in transit since the previous one (each may have
+        moved the target by `max_step`)."""
         spec, reasons, previous = self.spec, [], self.previous
         arrays = [command.position, command.velocity, command.torque, command.kp, command.kd]
         if not all(np.all(np.isfinite(a)) for a in arrays):
@@ -215,7 +217,8 @@ class CommandAudit:
                 towards_joint = change * (joint_pos - reference) > 0
                 # a measured reference is as uncertain as the joint moved during the driver's latency
                 slack = STEP_TOLERANCE + np.where(was_tracking, 0.0, np.abs(joint_vel) * MEASUREMENT_LATENCY)
-                if np.any(((np.abs(change) > self.max_step + slack) & ~towards_joint)[active]):
+                allowed = self.max_step * (1 + lost) + slack
+                if np.any(((np.abs(change) > allowed) & ~towards_joint)[active]):
                     reasons.append("step_limit")
             pd_torque = np.abs(command.torque) + command.kp * np.abs(command.position - joint_pos)
             if np.any(pd_torque > 1.05 * spec.max_torque):  # 5%: the joint moved since the filter looked
@@ -227,6 +230,7 @@ class CommandAudit:
             self.unsafe[reason] = self.unsafe.get(reason, 0) + 1
         if reasons and self.first is None:
             self.first = {"reasons": reasons, "command": dataclasses.asdict(command), "joint_pos": joint_pos}
+            self.first["lost_before"] = lost
             self.first["previous"] = previous
 
 
@@ -241,7 +245,8 @@ def serve(config: Go2PeerConfig) -> dict:
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))
-    facts = {"commands": 0, "bad_crc_commands": 0, "damping_steps": 0, "steps": 0, "unsafe": audit.unsafe}
+    facts = {"commands": 0, "lost_commands": 0, "bad_crc_commands": 0, "damping_steps": 0, "steps": 0}
+    facts["unsafe"], sequence = audit.unsafe, None
     facts["max_publish_gap_ms"], last_written = 0.0, time.monotonic()
     command, command_time = None, -np.inf
     period, start = 1.0 / config.rate_hz, time.monotonic()
@@ -255,7 +260,9 @@ def serve(config: Go2PeerConfig) -> dict:
                 continue
             facts["commands"] += 1
             command, command_time = lowcmd_command(msg), time.monotonic()
-            audit.check(command, robot.joint_pos, robot.joint_vel)
+            lost = max(msg.reserve - sequence - 1, 0) if sequence is not None else 0
+            facts["lost_commands"], sequence = facts["lost_commands"] + lost, msg.reserve
+            audit.check(command, robot.joint_pos, robot.joint_vel, lost)
             facts["first_unsafe"] = audit.first
             facts["last_command_stiff"] = bool(np.any(command.kp > 0))
         fresh = command is not None and time.monotonic() - command_time <= config.command_timeout
