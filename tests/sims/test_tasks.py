@@ -100,6 +100,18 @@ def test_arm_control_modes_move_the_tcp_as_commanded(mode, dim):
         assert abs(abs(tcp_z[0, 1]) - 1) < 0.05, "the TCP keeps pointing down"
 
 
+def test_the_action_rate_penalty_charges_chatter_not_steady_actions():
+    def rewards(penalty: float, actions: list[float]) -> np.ndarray:
+        options = {"init_joint_noise": 0, "action_rate_penalty": penalty}
+        env = make_env(SimConfig(task="arm-reach", num_envs=1, task_options=options))
+        return np.array([float(env.step(torch.tensor([[0.0, a, 0.0, 0.0, 0.0]]))[1][0]) for a in actions])
+
+    chatter, steady = [1.0, -1.0] * 5, [1.0] * 10
+    # after the first step (from rest), steady actions cost nothing; each ±1 flip costs penalty · 2² / 5
+    np.testing.assert_allclose(rewards(0.1, steady)[1:], rewards(0.0, steady)[1:], atol=1e-6)
+    np.testing.assert_allclose(rewards(0.0, chatter)[1:] - rewards(0.1, chatter)[1:], 0.1 * 4 / 5, atol=1e-6)
+
+
 def test_arm_starts_near_the_ready_pose():
     env = make_env(SimConfig(task="arm-push-cube", num_envs=16))
     q = env.task.sensor.group(env.phys["sensordata"], [f"q{i}" for i in range(1, 8)], np)

@@ -68,6 +68,9 @@ class ArmConfig(TaskConfig):
     """Damping λ of the least-squares IK, Δq = Jᵀ(JJᵀ + λ²I)⁻¹ e."""
     init_joint_noise: float = 0.05
     """Initial arm joints: the ready pose plus uniform noise of this size, rad."""
+    action_rate_penalty: float = 0.0
+    """Subtracted from the reward times the mean squared change of the action since the last step. A policy
+    that chatters bang-bang at its goal looks fine here (the PD smooths it) but shakes a real arm; 0: off."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,6 +78,7 @@ class ArmConfig(TaskConfig):
         check(0 < self.joint_speed_fraction <= 1, "joint_speed_fraction", "must be in (0, 1]")
         check(self.ee_step > 0 and self.ee_rot_step > 0, "ee_step", "ee_step and ee_rot_step must be > 0")
         check(self.ik_damping >= 0, "ik_damping", "must be ≥ 0")
+        check(self.action_rate_penalty >= 0, "action_rate_penalty", "must be ≥ 0")
 
 
 class ArmTask(Task):
@@ -127,6 +131,7 @@ class ArmTask(Task):
         return {
             "goal": goal,
             "last_action": xp.zeros((n, self.action_dim)),
+            "previous_action": xp.zeros((n, self.action_dim)),
             "ee_target_pos": xp.zeros((n, 3)),
             "ee_target_quat": xp.zeros((n, 4)),
             "ee_target_valid": xp.zeros(n),  # 0 until the first step: the target starts at the TCP
@@ -175,7 +180,7 @@ class ArmTask(Task):
         return pos, quat_mul(yaw_quat(yaw, xp), down, xp)
 
     def update_vars(self, state: TaskState, action: Array, xp: Xp) -> dict[str, Array]:
-        new = {**state.vars, "last_action": action}
+        new = {**state.vars, "previous_action": state.vars["last_action"], "last_action": action}
         if self.config.control_mode != "joint_delta":
             pos, quat = self.ee_target(state, action, xp)
             new.update(ee_target_pos=pos, ee_target_quat=quat, ee_target_valid=xp.ones_like(new["ee_target_valid"]))
@@ -235,11 +240,17 @@ class ArmTask(Task):
             return self.success(state, xp)
         return super().terminated(state, xp)
 
-    def finish_reward(self, dense: Array, success: Array, xp: Xp) -> Array:
-        """The configured reward: dense progress in [0, 1] (1 on success) or the sparse success flag."""
-        if self.config.reward_type == "sparse":
-            return success.astype(dense.dtype)
-        return xp.where(success, 1.0, dense)
+    def finish_reward(
+        self, dense: Array, success: Array, state: TaskState, action: Array, terms: dict[str, Array], xp: Xp
+    ) -> tuple[Array, dict[str, Array]]:
+        """The configured reward [N] and its terms: dense progress in [0, 1] (1 on success) or the sparse
+        success flag, less the action-rate penalty (`state`: after the step, `action` [N, A]: this step's)."""
+        reward = success.astype(dense.dtype) if self.config.reward_type == "sparse" else xp.where(success, 1.0, dense)
+        if self.config.action_rate_penalty > 0:
+            rate = xp.mean((action - state.vars["previous_action"]) ** 2, axis=1)
+            terms = {**terms, "action_rate": rate}
+            reward = reward - self.config.action_rate_penalty * rate
+        return reward, terms
 
 
 def tcp_yaw(tcp_quat: Array, xp: Xp) -> Array:

@@ -59,7 +59,7 @@ class ArmReach(ArmTask):
         distance = self._distance(state, xp)
         success = distance < self.config.success_threshold
         terms = {"reach": _closeness(distance, xp), "distance": distance}
-        return self.finish_reward(terms["reach"], success, xp), terms
+        return self.finish_reward(terms["reach"], success, state, action, terms, xp)
 
     def success(self, state: TaskState, xp: Xp) -> Array:
         return self._distance(state, xp) < self.config.success_threshold
@@ -124,7 +124,7 @@ class ArmPushCube(ArmTask):
             "distance": distance,
         }
         dense = (terms["reach"] + 2.0 * terms["push"]) / 3.0
-        return self.finish_reward(dense, success, xp), terms
+        return self.finish_reward(dense, success, state, action, terms, xp)
 
     def success(self, state: TaskState, xp: Xp) -> Array:
         return self._goal_distance(state, xp) < self.config.success_threshold
@@ -184,7 +184,7 @@ class ArmLiftCube(ArmTask):
             "height": height,
         }
         dense = (terms["reach"] + terms["grasp"] + 2.0 * terms["lift"]) / 4.0
-        return self.finish_reward(dense, success, xp), terms
+        return self.finish_reward(dense, success, state, action, terms, xp)
 
     def success(self, state: TaskState, xp: Xp) -> Array:
         return self._height(state) >= self.config.lift_height
