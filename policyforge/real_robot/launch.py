@@ -79,8 +79,9 @@ def simulated_peer(
     for its final facts."""
     if robot == "franka":  # franky-sim: a MuJoCo FR3 serving the libfranka protocol on 127.0.0.1
         command = [str(Path(sys.executable).with_name("franky-sim")), "-s", "mujoco", "--hostname", "127.0.0.1"]
-    elif robot == "ur":  # our RTDE peer (receive side of a UR controller) on 127.0.0.1:30004
-        command = [sys.executable, "-m", "policyforge.real_robot.peers.rtde_sim"]
+    elif robot == "ur":  # our simulated UR controller: RTDE 30004, dashboard 29999, script port 30003
+        command = [sys.executable, "-m", "policyforge.real_robot.peers.rtde_sim", "--stats", str(stats_path)]
+        command += list(extra_args)
     elif robot == "go2":
         command = [sys.executable, "-m", "policyforge.real_robot.peers.go2_sim", "--domain-id", str(domain_id)]
         command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else []) + list(extra_args)

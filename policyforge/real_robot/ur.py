@@ -1,9 +1,17 @@
 """Universal Robots (e-Series) driver on `ur-rtde`: state through RTDE outputs (`RTDEReceiveInterface`), joint
 targets streamed with `servoJ` (`RTDEControlInterface`).
 
-The receive path is tested against our RTDE protocol-v2 peer (`peers/rtde_sim.py`). The control path is not:
-`RTDEControlInterface` first talks to the dashboard server (29999), uploads a URScript program and runs an
-input-register handshake with it, which only a real controller (or URSim) provides.
+Both paths are tested with the real ur-rtde 1.6.5 client against our simulated controller on 127.0.0.1
+(`peers/rtde_sim.py`, `peers/ur_script.py`, `peers/ur_motion.py`): RTDE negotiation and streaming (readings
+checked exactly), the dashboard server's answers, the upload of ur-rtde's URScript program to the script port,
+the register handshake with an emulation of that program's main loop, servoJ targets streamed through the
+safety filter moving a joint model to a goal with no unsafe target reaching the controller, `disconnect()`
+stopping the arm (servoStop, stopScript), and `send` failing clearly once the program was stopped.
+Not tested: real URScript execution (the peer emulates the program's command loop; its servoj is first-order
+tracking in joint space and its stopl a joint-space ramp, not UR's interpolator), the robot's dynamics and
+payload, protective and emergency stops and their recovery, the pendant's remote-control mode (ur-rtde checks it
+only for hosts other than 127.0.0.1), the state stream on the script port, and ur-rtde's reconnect after a lost
+connection.
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ class URConfig:
     host: str = "127.0.0.1"
     """The controller's IP address."""
     frequency: float = 500.0
-    """RTDE output frequency and servoJ rate, Hz (e-Series: up to 500)."""
+    """RTDE output frequency and servoJ rate, Hz (e-Series: up to 500); each servoJ controls the arm for
+    1/frequency s, so run the control loop at this rate."""
     control: bool = True
     """Open the control interface (servoJ); False: read-only, e.g. to monitor a robot another program drives."""
     servo_lookahead: float = 0.1
@@ -76,9 +85,11 @@ class UR(Robot):
                 self.control = rtde_control.RTDEControlInterface(self.config.host, self.config.frequency)
             except RuntimeError as err:
                 self.receive.disconnect()
+                self.receive = None
                 raise ConnectionError(
                     f"UR: the control interface at {self.config.host} did not start ({err}); it needs the dashboard "
-                    "server (29999) and a controller in remote control that runs the uploaded URScript"
+                    "server (29999), the script port (30003) and a controller in remote control that runs the "
+                    "uploaded URScript"
                 ) from err
 
     def observe(self) -> RobotState:
@@ -108,20 +119,27 @@ class UR(Robot):
             raise RuntimeError("UR: connected read-only (URConfig.control=False); cannot send commands")
         period = 1.0 / self.config.frequency
         velocity = acceleration = 0.0  # servoJ ignores them in this controller version
-        self.control.servoJ(
+        sent = self.control.servoJ(
             list(map(float, command.position)), velocity, acceleration, period,
             self.config.servo_lookahead, self.config.servo_gain,
         )  # fmt: skip
+        if not sent:
+            raise RuntimeError(
+                "UR: servoJ was refused: the control script is not running (stopped on the pendant or by a runtime "
+                "error) or the robot is in a protective or emergency stop; clear it, then reconnect"
+            )
         self.stats["commands"] += 1
         return command
 
     def disconnect(self) -> None:
-        """Stop servoing (the arm decelerates and holds) and close both interfaces."""
-        if self.control is not None:
-            self.control.servoStop()
-            self.control.stopScript()
-            self.control.disconnect()
+        """Stop servoing (the arm decelerates and holds), end the control script and close both interfaces."""
+        try:
+            if self.control is not None:
+                self.control.servoStop()
+                self.control.stopScript()
+                self.control.disconnect()
+        finally:
             self.control = None
-        if self.receive is not None:
-            self.receive.disconnect()
-            self.receive = None
+            if self.receive is not None:
+                self.receive.disconnect()
+                self.receive = None
