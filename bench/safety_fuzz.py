@@ -4,7 +4,7 @@ adapter unplugged), through the safety filter and the control loop, with the pee
 receives — the Go2 over DDS (500 Hz), a Feetech bus arm over a pseudo-terminal (30 Hz) and the Franka on
 franky-sim (25 Hz; audited where the driver hands commands to franky, as franky-sim cannot report them).
 
-    python bench/safety_fuzz.py [--robots go2 feetech franka] [--policy QUADRUPED.onnx] [--arm-policy ARM.onnx]
+    python bench/safety_fuzz.py [--robots go2 feetech ur franka] [--policy QUADRUPED.onnx] [--arm-policy ARM.onnx]
 
 Prints a table; the last line is JSON {"commands_sent", "unsafe_commands_reaching_peer", "faults_injected",
 "faults_handled"}.
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--policy", type=Path, default=Path("tests/real_robot/assets/quadruped-walk-policy.onnx"))
     parser.add_argument("--arm-policy", type=Path, default=Path("tests/real_robot/assets/arm-reach-policy.onnx"))
     parser.add_argument(
-        "--robots", nargs="+", default=["go2", "feetech", "franka"], choices=["go2", "feetech", "franka"]
+        "--robots", nargs="+", default=["go2", "feetech", "ur", "franka"], choices=["go2", "feetech", "ur", "franka"]
     )
     args = parser.parse_args()
     logging.getLogger("policyforge.safety").setLevel(logging.CRITICAL)  # the table says what happened

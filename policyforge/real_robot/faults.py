@@ -10,6 +10,7 @@ and the robot in its safe mode (damping) or e-stopped at the end of a fault that
 from __future__ import annotations
 
 import dataclasses
+import socket
 import tempfile
 import threading
 import time
@@ -34,6 +35,7 @@ from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.peers.feetech_sim import FeetechBusPeer
 from policyforge.real_robot.robot import Command, RobotSpec, RobotState
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
+from policyforge.real_robot.ur import UR, URConfig
 from policyforge.sims.tasks.quadruped import QuadrupedConfig
 
 PREPARE_S, RUN_S, FAULT_AT_S = 1.0, 3.0, 1.0
@@ -118,7 +120,7 @@ def run_scenario(scenario: Scenario, policy_path: Path, workdir: Path) -> dict:
 
 
 def fuzz(
-    policy_path: Path, arm_policy_path: Path, robots: tuple[str, ...] = ("go2", "feetech", "franka")
+    policy_path: Path, arm_policy_path: Path, robots: tuple[str, ...] = ("go2", "feetech", "ur", "franka")
 ) -> tuple[list[dict], dict]:
     """Every scenario of every robot (`policy_path`: a quadruped-walk export, `arm_policy_path`: an arm-reach
     export); returns the rows and the summary {commands_sent, unsafe_commands_reaching_peer, faults_injected,
@@ -129,6 +131,8 @@ def fuzz(
             rows += [{"robot": "go2", **run_scenario(s, policy_path, Path(tmp))} for s in go2_scenarios()]
         if "feetech" in robots:
             rows += [{"robot": "feetech", **run_feetech_scenario(s, Path(tmp))} for s in feetech_scenarios()]
+        if "ur" in robots:
+            rows += [{"robot": "ur", **run_ur_scenario(s, Path(tmp))} for s in ur_scenarios()]
         if "franka" in robots:
             rows += [{"robot": "franka", **run_franka_scenario(s, arm_policy_path)} for s in franka_scenarios()]
     summary = {
@@ -167,14 +171,14 @@ class JointAdapter:
 
 
 class WavePolicy:
-    """A smooth working policy: every joint swings through half its range at 0.25 Hz."""
+    """A smooth working policy: every joint swings through half its range at 0.25 Hz (`rate_hz` calls a second)."""
 
-    def __init__(self):
-        self.step = 0
+    def __init__(self, rate_hz: float = FEETECH_RATE_HZ):
+        self.step, self.rate_hz = 0, rate_hz
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         self.step += 1
-        return 0.5 * np.sin(2 * np.pi * 0.25 * self.step / FEETECH_RATE_HZ + np.arange(6))
+        return 0.5 * np.sin(2 * np.pi * 0.25 * self.step / self.rate_hz + np.arange(6))
 
 
 def feetech_scenarios() -> list[Scenario]:
@@ -220,6 +224,59 @@ def run_feetech_scenario(scenario: Scenario, workdir: Path) -> dict:
         mine = goals[goals[:, 0] == servo, 1]
         unsafe += int(np.sum((mine < 1248) | (mine > 2848)) + np.sum(np.abs(np.diff(mine)) > max_step_raw))
     return _result(scenario, report, modes, len(goals) // len(FEETECH_IDS), unsafe)
+
+
+# -- UR (our simulated controller) -------------------------------------------------------------------------
+
+UR_RATE_HZ, UR_POLICY_HZ = 125.0, 25.0
+UR_RANGE = 0.3
+"""The wave policy's actions span the home pose ± this, rad."""
+
+
+def ur_scenarios() -> list[Scenario]:
+    return [
+        Scenario("NaN actions", policy_fault="nan"),
+        Scenario("huge actions (1e6)", policy_fault="huge"),
+        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating"),
+        Scenario("policy stalls (10 s)", policy_fault="stall"),
+        Scenario("policy raises", policy_fault="exception"),
+        Scenario("program stopped on the pendant", peer_args=("dashboard-stop",)),
+    ]
+
+
+def run_ur_scenario(scenario: Scenario, workdir: Path) -> dict:
+    """One scenario on the simulated UR controller (servoJ at 125 Hz, a 25 Hz joint-space wave policy); the
+    controller audits every servoJ target that reaches it."""
+    policy = FaultyPolicy(WavePolicy(UR_POLICY_HZ), scenario.policy_fault or "", rate_hz=UR_POLICY_HZ)
+    facts_path, modes = workdir / "ur-facts.json", set()
+    with simulated_peer("ur", 0, facts_path, extra_args=("--max-step", str(SafetyConfig().max_step))):
+        with UR(URConfig(frequency=UR_RATE_HZ)) as ur:
+            home = ur.observe().joint_pos
+            span = dataclasses.replace(ur.spec, position_low=home - UR_RANGE, position_high=home + UR_RANGE)
+            safety = SafetyFilter(ur.spec, SafetyConfig(state_timeout=0.2, command_timeout=0.5))
+            config = LoopConfig(
+                rate_hz=UR_RATE_HZ, policy_rate_hz=UR_POLICY_HZ, seconds=RUN_S, prepare_seconds=PREPARE_S
+            )
+            loop = ControlLoop(ur, safety, policy, JointAdapter(span), config, lambda t, s, f: modes.add(f.mode))
+            if "dashboard-stop" in scenario.peer_args:
+                threading.Timer(PREPARE_S + FAULT_AT_S, _dashboard_stop).start()
+            try:
+                report = loop.run()
+            except RuntimeError:  # the controller refused servoJ: the loop latched the e-stop and stopped
+                report = loop.report
+            commands = ur.stats["commands"]
+        time.sleep(0.3)
+        facts = read_facts(facts_path)
+    unsafe = sum(facts.get("unsafe", {}).values())
+    return _result(scenario, report, modes, commands, unsafe, facts.get("first_unsafe"))
+
+
+def _dashboard_stop() -> None:
+    """Stop the running program as the pendant's stop button (or a dashboard client) does."""
+    with socket.create_connection(("127.0.0.1", 29999), timeout=2) as dashboard, dashboard.makefile("rb") as lines:
+        lines.readline()  # the banner
+        dashboard.sendall(b"stop\n")
+        lines.readline()
 
 
 # -- Franka (franky-sim) -----------------------------------------------------------------------------------

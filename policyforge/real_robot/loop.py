@@ -154,6 +154,8 @@ class ControlLoop:
         self.config = config or LoopConfig()
         self.policy = policy
         self.on_tick = on_tick
+        self.report: LoopReport | None = None
+        """The last run's report, also when it ended with an exception (up to that tick)."""
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -211,7 +213,8 @@ class ControlLoop:
                 raise
             finally:
                 worker.close()
-        return self._report(tick, lateness, overruns, observations, actions)
+                self.report = self._report(tick, lateness, overruns, observations, actions)
+        return self.report
 
     def _send_safe(self, reason: str) -> None:
         with contextlib.suppress(Exception):

@@ -74,10 +74,16 @@ class UR(Robot):
     def connect(self, timeout: float = 5.0) -> None:
         import rtde_receive
 
-        try:
-            self.receive = rtde_receive.RTDEReceiveInterface(self.config.host, self.config.frequency, OUTPUTS)
-        except RuntimeError as err:
-            raise ConnectionError(f"UR: no RTDE interface at {self.config.host}:30004 ({err})") from err
+        deadline = time.monotonic() + timeout
+        while self.receive is None:  # a controller that is still booting refuses connections for a while
+            try:
+                self.receive = rtde_receive.RTDEReceiveInterface(self.config.host, self.config.frequency, OUTPUTS)
+            except RuntimeError as err:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(
+                        f"UR: no RTDE interface at {self.config.host}:30004 within {timeout} s ({err})"
+                    ) from err
+                time.sleep(0.2)
         if self.config.control:
             import rtde_control
 

@@ -20,6 +20,8 @@ from policyforge.real_robot.faults import (
     run_feetech_scenario,
     run_franka_scenario,
     run_scenario,
+    run_ur_scenario,
+    ur_scenarios,
 )
 from policyforge.real_robot.robot import RobotClock
 from tests.real_robot.conftest import ASSETS, GO2_POLICY
@@ -40,6 +42,14 @@ def test_every_fault_on_a_feetech_bus_arm_is_handled(scenario, tmp_path, caplog)
     caplog.set_level(logging.ERROR, logger="policyforge.safety")
     result = run_feetech_scenario(scenario, tmp_path)
     assert result["unsafe_at_peer"] == 0 and result["handled"], result
+
+
+@pytest.mark.parametrize("scenario", ur_scenarios(), ids=lambda s: s.name)
+def test_every_fault_on_the_ur_is_handled(scenario, tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="policyforge.safety")
+    result = run_ur_scenario(scenario, tmp_path)
+    assert result["unsafe_at_peer"] == 0, result["first_unsafe"]
+    assert result["handled"] and result["commands_sent"] > 100, result
 
 
 @pytest.mark.parametrize("scenario", franka_scenarios(), ids=lambda s: s.name)

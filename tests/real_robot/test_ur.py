@@ -147,4 +147,4 @@ def test_the_script_port_runs_only_ur_rtdes_control_program(ur_peer):
 
 def test_no_controller_is_a_clear_connection_error():
     with pytest.raises(ConnectionError, match=r"no RTDE interface at 127\.0\.0\.2:30004"):
-        UR(URConfig(host="127.0.0.2", control=False)).connect()
+        UR(URConfig(host="127.0.0.2", control=False)).connect(timeout=0.5)
