@@ -28,7 +28,7 @@ from policyforge.real_robot.feetech import (
     MotorCalibration,
     save_calibration,
 )
-from policyforge.real_robot.franka import Franka, FrankaConfig
+from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
 from policyforge.real_robot.go2 import Go2, Go2Config
 from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
@@ -63,6 +63,8 @@ class FaultyPolicy:
             time.sleep(10.0)
         if self.fault == "exception":
             raise RuntimeError("the policy crashed")
+        if self.fault == "dive":  # an end-effector policy's "straight down" (arm tasks: action[2] is z)
+            return np.array([0.0, 0.0, -1.0, *np.zeros(len(action) - 3)])
         return action
 
 
@@ -281,8 +283,10 @@ def _dashboard_stop() -> None:
 
 # -- Franka (franky-sim) -----------------------------------------------------------------------------------
 
-ARM_SAFETY = SafetyConfig(max_step=0.2, state_timeout=0.2, command_timeout=0.5)
-"""The arm deployment's thresholds (launch.py): targets lead the joints by up to two control steps."""
+ARM_SAFETY = SafetyConfig(**FRANKA_SAFETY)
+FRANKA_RUN_S = 5.0
+"""Policy time of a Franka scenario, s: a dive from the ready pose (TCP 0.53 m up) reaches the workspace floor
+after about 2 s at the speed franky allows, then the e-stop takes another second."""
 
 
 class AuditedFranka(Franka):
@@ -316,6 +320,8 @@ def franka_scenarios() -> list[Scenario]:
         Scenario("oscillating actions (±1 every step)", policy_fault="oscillating"),
         Scenario("policy stalls (10 s)", policy_fault="stall"),
         Scenario("policy raises", policy_fault="exception"),
+        Scenario("actions dive through the table", policy_fault="dive"),
+        Scenario("robot controller dies", peer_args=("die",)),
     ]
 
 
@@ -326,10 +332,22 @@ def run_franka_scenario(scenario: Scenario, policy_path: Path) -> dict:
     rate = 1.0 / float(exported.spec["control_dt"])
     policy = FaultyPolicy(exported, scenario.policy_fault or "", rate_hz=rate)
     robot = AuditedFranka(FrankaConfig(rate_hz=rate), adapter.forward_kinematics)
-    with tempfile.TemporaryDirectory() as tmp, simulated_peer("franka", 0, Path(tmp) / "unused"), robot:
+    # franky-sim starts and connects in about a second; "die" kills it about FAULT_AT_S into the policy
+    kill_after = PREPARE_S + FAULT_AT_S + 1.0 if "die" in scenario.peer_args else None
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        simulated_peer("franka", 0, Path(tmp) / "unused", kill_after=kill_after),
+        robot,
+    ):
         safety = SafetyFilter(robot.spec, ARM_SAFETY, adapter.forward_kinematics)
-        config = LoopConfig(rate_hz=rate, policy_rate_hz=rate, seconds=RUN_S, prepare_seconds=PREPARE_S)
-        report = ControlLoop(robot, safety, policy, adapter, config).run()
+        config = LoopConfig(rate_hz=rate, policy_rate_hz=rate, seconds=FRANKA_RUN_S, prepare_seconds=PREPARE_S)
+        loop = ControlLoop(robot, safety, policy, adapter, config)
+        try:
+            report = loop.run()
+        except Exception:  # franky raises once the connection is gone: the loop latched the e-stop and ended
+            if kill_after is None:
+                raise
+            report = loop.report
         commands, unsafe = robot.stats["commands"], robot.unsafe
     return _result(scenario, report, set(), commands, unsafe)
 

@@ -8,6 +8,7 @@ a real-time kernel (`realtime=True`) and the robot's IP address.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -26,6 +27,9 @@ MAX_TORQUE = np.array([87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0])
 """Joint torque limits, N·m."""
 WORKSPACE = (np.array([0.2, -0.5, 0.05]), np.array([0.8, 0.5, 0.8]))
 """Default end-effector box in the base frame, m: in front of the robot, above the table."""
+FRANKA_SAFETY = {"max_step": 0.2, "state_timeout": 0.2, "command_timeout": 0.5, "workspace_margin": 0.05}
+"""SafetyConfig fields of a Franka deployment: 25 Hz targets lead the joints by up to two control steps, and
+targets stay 5 cm inside the workspace box, for the arm overshoots a target by its stopping distance."""
 
 
 @functools.cache
@@ -73,6 +77,8 @@ class Franka(Robot):
         self.robot = None
         self.stats = {"commands": 0, "motion_errors": 0, "planner_errors": 0}
         self._motion_type: type | None = None
+        self._seen: tuple[float, float] = (-1.0, 0.0)
+        """The newest libfranka state's robot time and when this driver first read it (monotonic s)."""
 
     def connect(self, timeout: float = 5.0) -> None:
         import franky
@@ -95,8 +101,11 @@ class Franka(Robot):
         if self.robot is None:
             raise RuntimeError("Franka: not connected (call connect() or use `with Franka(...) as robot`)")
         state = self.robot.state
+        robot_time = state.time.to_sec()
+        if robot_time != self._seen[0]:  # a new state: stamp it now; one that stops advancing grows old (stale)
+            self._seen = (robot_time, time.monotonic())
         return RobotState(
-            stamp=time.monotonic(),
+            stamp=self._seen[1],
             joint_pos=np.array(state.q, dtype=np.float64),
             joint_vel=np.array(state.dq, dtype=np.float64),
             joint_torque=np.array(state.tau_J, dtype=np.float64),
@@ -124,19 +133,20 @@ class Franka(Robot):
             if "planner" not in str(error).lower():
                 raise
             self.stats["planner_errors"] += 1
-            return self._stop(franky)
+            self._stop(franky)  # instead: hold where the arm is
+            return Command(position=np.array(self.robot.state.q, dtype=np.float64))
         self.stats["commands"] += 1
         return command
 
-    def _stop(self, franky, asynchronous: bool = True) -> Command:
-        """Decelerate to a stop where the arm is (the motion in progress aimed at an older target); returns the
-        command that stands for it (hold the measured joints)."""
+    def _stop(self, franky, asynchronous: bool = True) -> None:
+        """Decelerate to a stop where the arm is (the motion in progress aimed at an older target). Errors are
+        swallowed: this is the way out, also when the connection is gone."""
         stop = franky.CartesianStopMotion() if self._motion_type is franky.CartesianMotion else franky.JointStopMotion()
         try:
             self.robot.move(stop, asynchronous=asynchronous)
-        except (franky.ControlException, RuntimeError):
-            self.robot.recover_from_errors()
-        return Command(position=np.array(self.robot.state.q, dtype=np.float64))
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.robot.recover_from_errors()
 
     def disconnect(self) -> None:
         """Stop the motion in progress; the arm holds its position under its own controller."""

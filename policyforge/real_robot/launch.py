@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,11 +73,17 @@ def resolve_policy(source: Path) -> Path:
 
 @contextlib.contextmanager
 def simulated_peer(
-    robot: str, domain_id: int, stats_path: Path, seconds: float | None = None, extra_args: tuple[str, ...] = ()
+    robot: str,
+    domain_id: int,
+    stats_path: Path,
+    seconds: float | None = None,
+    extra_args: tuple[str, ...] = (),
+    kill_after: float | None = None,
 ) -> Iterator[Path]:
     """Run the robot's simulated protocol peer in a subprocess on the loopback while inside; yields the path
-    of its facts (JSON). `extra_args`: more peer flags (fault injection). Leaving stops it (SIGTERM) and waits
-    for its final facts."""
+    of its facts (JSON). `extra_args`: more peer flags (fault injection); `kill_after`: SIGKILL the peer this
+    many seconds after its start (the robot's computer dies). Leaving stops it (SIGTERM) and waits for its
+    final facts."""
     if robot == "franka":  # franky-sim: a MuJoCo FR3 serving the libfranka protocol on 127.0.0.1
         command = [str(Path(sys.executable).with_name("franky-sim")), "-s", "mujoco", "--hostname", "127.0.0.1"]
     elif robot == "ur":  # our simulated UR controller: RTDE 30004, dashboard 29999, script port 30003
@@ -89,9 +96,14 @@ def simulated_peer(
         raise ConfigError("robot", f"no simulated peer for {robot!r}; peers: ['franka', 'go2', 'ur']")
     quiet = subprocess.DEVNULL if robot == "franka" else None
     process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=quiet)
+    killer = threading.Timer(kill_after, process.kill) if kill_after is not None else None
+    if killer is not None:
+        killer.start()
     try:
         yield stats_path
     finally:
+        if killer is not None:
+            killer.cancel()
         process.terminate()
         try:
             process.wait(timeout=10)
@@ -161,15 +173,14 @@ def _robot_and_adapter(config: DeployConfig, policy: ExportedPolicy, domain: int
         go2 = Go2Config(interface=interface, domain_id=domain, motion_mode_released=config.motion_mode_released)
         adapter = QuadrupedAdapter(from_dict(QuadrupedConfig, options), config.velocity_command)
         return Go2(go2), adapter, config.safety, 500.0
-    from policyforge.real_robot.franka import Franka, FrankaConfig
+    from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
 
     host = "127.0.0.1" if config.peer else config.host
     franka = FrankaConfig(host=host, mode=config.arm_mode, realtime=config.peer is None, rate_hz=policy_rate)
     adapter = ArmAdapter(
         policy.spec["task"], options, np.asarray(config.goal), cartesian=config.arm_mode == "cartesian"
     )
-    # an arm's targets lead its joints by up to two control steps at full speed (the simulator's `max_lead`)
-    safety = dataclasses.replace(config.safety, max_step=0.2, state_timeout=0.2, command_timeout=0.5)
+    safety = dataclasses.replace(config.safety, **FRANKA_SAFETY)
     return Franka(franka), adapter, safety, policy_rate
 
 

@@ -68,6 +68,9 @@ class SafetyConfig:
     chatter: a trained walking policy stays near 0.2, alternating ±1 gives 2)."""
     oscillation_window: int = 25
     """Policy steps the oscillation is averaged over."""
+    workspace_margin: float = 0.0
+    """Targets are kept this far inside the workspace box, m: room for the arm to brake, since it overshoots a
+    target it approaches fast by its stopping distance (2–5 cm for the arm-reach demo on franky-sim)."""
     torque_horizon: float = 0.005
     """How long past the state's age the PD torque bound must hold (the next command's period plus its
     delivery), s: the target keeps |q̇|·(age + this) further inside the bound, for the joint keeps moving."""
@@ -75,6 +78,7 @@ class SafetyConfig:
     def __post_init__(self) -> None:
         check(self.oscillation_window >= 2, "oscillation_window", f"must be ≥ 2, got {self.oscillation_window}")
         check(self.torque_horizon >= 0, "torque_horizon", f"must be ≥ 0, got {self.torque_horizon}")
+        check(self.workspace_margin >= 0, "workspace_margin", f"must be ≥ 0, got {self.workspace_margin}")
         for name in ("state_timeout", "command_timeout", "estop_after", "max_step", "oscillation_limit"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
 
@@ -192,7 +196,8 @@ class SafetyFilter:
             return None
         spec, out = self.spec, command.copy()
         if out.ee_target is not None and spec.workspace_low is not None:
-            clamped = np.clip(out.ee_target, spec.workspace_low, spec.workspace_high)
+            margin = self.config.workspace_margin
+            clamped = np.clip(out.ee_target, spec.workspace_low + margin, spec.workspace_high - margin)
             if not np.array_equal(clamped, out.ee_target):
                 reasons.add("workspace")
             out.ee_target = clamped
@@ -200,11 +205,9 @@ class SafetyFilter:
         if not np.array_equal(position, out.position):
             reasons.add("position_limit")
         out.position = position
-        if self.forward_kinematics is not None and spec.workspace_low is not None and out.ee_target is None:
-            ee = self.forward_kinematics(out.position)
-            if np.any(ee < spec.workspace_low) or np.any(ee > spec.workspace_high):
-                reasons.add("workspace")
-                return None
+        if out.ee_target is None and not self._in_workspace(out.position):
+            reasons.add("workspace")
+            return None
         if out.velocity is not None:
             velocity = np.clip(out.velocity, -spec.max_velocity, spec.max_velocity)
             reasons |= {"velocity_limit"} if not np.array_equal(velocity, out.velocity) else set()
@@ -227,22 +230,46 @@ class SafetyFilter:
     def _limit_motion(self, command: Command, state: RobotState, now: float, reasons: set[str]) -> Command:
         """Per-tick limits that depend on the last sent command and the measured state."""
         out = command.copy()
-        previous = self._step_reference(state)
-        step = self.config.max_step
-        position = np.clip(out.position, previous - step, previous + step)
-        if not np.array_equal(position, out.position):
+        previous, target, step = self._step_reference(state), out.position, self.config.max_step
+        position = np.clip(target, previous - step, previous + step)
+        if not np.array_equal(position, target):
             reasons.add("step_limit")
-        if out.kp is not None:  # kp·|q* − q| + |τ_ff| ≤ τ_max; this only pulls the target towards the joint
-            feedforward = np.abs(out.torque) if out.torque is not None else 0.0
+        out.position = self._within_torque_and_joint_limits(position, out, state, now, reasons)
+        if out.ee_target is None and not self._in_workspace(out.position):
+            # the target is inside the box but a per-joint step towards it need not be: step along the straight
+            # line in joint space instead, or hold when that leaves the box too
+            largest = float(np.max(np.abs(target - previous)))
+            along = previous + (target - previous) * min(1.0, step / max(largest, 1e-12))
+            out.position = self._within_torque_and_joint_limits(along, out, state, now, reasons)
+            if not self._in_workspace(out.position):
+                reasons.add("workspace")
+                out.position = previous.copy()
+        return out
+
+    def _within_torque_and_joint_limits(
+        self, position: np.ndarray, command: Command, state: RobotState, now: float, reasons: set[str]
+    ) -> np.ndarray:
+        """Targets [J] kept within the joint limits and, for PD commands, where kp·|q* − q| + |τ_ff| ≤ τ_max holds
+        until the next command lands (this only pulls a target towards the joint)."""
+        if command.kp is not None:
+            feedforward = np.abs(command.torque) if command.torque is not None else 0.0
             drift = np.abs(state.joint_vel) * (max(now - state.stamp, 0.0) + self.config.torque_horizon)
-            reach = np.maximum(self.spec.max_torque - feedforward, 0.0) / np.maximum(out.kp, 1e-9)
+            reach = np.maximum(self.spec.max_torque - feedforward, 0.0) / np.maximum(command.kp, 1e-9)
             reach = np.maximum(reach - drift, 0.0)
             bounded = np.clip(position, state.joint_pos - reach, state.joint_pos + reach)
             if not np.array_equal(bounded, position):
                 reasons.add("torque_limit")
             position = bounded
-        out.position = np.clip(position, self.spec.position_low, self.spec.position_high)
-        return out
+        return np.clip(position, self.spec.position_low, self.spec.position_high)
+
+    def _in_workspace(self, position: np.ndarray) -> bool:
+        """Whether joint targets [J] put the end effector inside the workspace box, `workspace_margin` from its
+        walls (always, without a box)."""
+        spec, margin = self.spec, self.config.workspace_margin
+        if self.forward_kinematics is None or spec.workspace_low is None:
+            return True
+        ee = self.forward_kinematics(position)
+        return bool(np.all(ee >= spec.workspace_low + margin) and np.all(ee <= spec.workspace_high - margin))
 
     def _step_reference(self, state: RobotState) -> np.ndarray:
         """Where each joint's target may step from: the last target sent, or the measured position for joints

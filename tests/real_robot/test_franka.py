@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from policyforge.real_robot.deploy import ArmAdapter, ExportedPolicy
-from policyforge.real_robot.franka import Franka, FrankaConfig
+from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
 from policyforge.real_robot.launch import simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.robot import Command
@@ -32,17 +32,18 @@ def franka(tmp_path_factory):
 
 def run_policy(robot, goal, cartesian, seconds=6.0, policy=None):
     """Run a policy for `seconds`; returns the loop's report and the end effector's distance to the goal at
-    each policy step (as the robot reports it)."""
+    each tick [T] and its position [T, 3] (as the robot reports them)."""
     exported = ExportedPolicy(ARM_POLICY)
     adapter = ArmAdapter("arm-reach", exported.spec["task_options"], np.asarray(goal), cartesian=cartesian)
     robot.config.mode = "cartesian" if cartesian else "joint"
-    safety_config = SafetyConfig(max_step=0.2, state_timeout=0.2, command_timeout=0.5)
+    safety_config = SafetyConfig(**FRANKA_SAFETY)
     safety = SafetyFilter(robot.spec, safety_config, adapter.forward_kinematics)
     config = LoopConfig(rate_hz=25.0, policy_rate_hz=25.0, seconds=seconds, prepare_seconds=1.5)
-    errors = []
-    track = lambda tick, state, filtered: errors.append(np.linalg.norm(state.ee_pos - goal))  # noqa: E731
+    positions = []
+    track = lambda tick, state, filtered: positions.append(state.ee_pos)  # noqa: E731
     report = ControlLoop(robot, safety, policy or exported, adapter, config, track).run()
-    return report, np.asarray(errors)
+    positions = np.asarray(positions)
+    return report, np.linalg.norm(positions - np.asarray(goal), axis=1), positions
 
 
 def test_the_twin_sees_the_end_effector_where_the_robot_reports_it(franka):
@@ -56,17 +57,16 @@ def test_the_twin_sees_the_end_effector_where_the_robot_reports_it(franka):
 
 @pytest.mark.xfail(
     strict=False,
-    reason="known, not diagnosed: after reaching, some runs drift tens of cm away from the goal and do not come "
-    "back for the next goal (README: deploy limits)",
+    reason="known sim-to-real gap (README: arm policies and real arm dynamics): the simulated arm accelerates 5-10x "
+    "faster than a Franka allows, so on franky-sim the policy overshoots and hovers 3-15 cm around its goals; in "
+    "some runs its closest approach stays above the 5 cm success distance",
 )
 @pytest.mark.parametrize("cartesian", [False, True], ids=["joint", "cartesian"])
 def test_a_trained_arm_reach_policy_reaches_its_goals(franka, cartesian):
     for goal in ([0.45, 0.2, 0.3], [0.6, -0.2, 0.2]):
-        report, errors = run_policy(franka, goal, cartesian)
+        report, errors, _ = run_policy(franka, goal, cartesian)
         assert errors[30] > 0.2  # starts far (during the 1.5 s move to the ready pose)
-        # reaches the task's success distance. Afterwards it hovers 2-10 cm around the goal (franky-sim's arm
-        # lags the simulator's; the policy was not trained with that lag), and in some joint-mode runs it later
-        # drifts far away — not diagnosed yet (README: deploy limits)
+        # reaches the task's success distance, then hovers around the goal (see the xfail reason)
         assert errors.min() < 0.05, (goal, np.round(errors[::25], 3))
         assert report.final_mode == "normal" and report.policy_steps >= 110  # Cartesian: waits once for the switch
 
@@ -77,9 +77,10 @@ def test_the_workspace_box_holds_against_a_policy_that_dives(franka):
             return np.array([0.0, 0.0, -1.0, 0.0, 1.0])
 
     for cartesian in (False, True):
-        report, _ = run_policy(franka, [0.5, 0.0, 0.3], cartesian, seconds=4.0, policy=Dives())
+        report, _, positions = run_policy(franka, [0.5, 0.0, 0.3], cartesian, seconds=4.0, policy=Dives())
         assert report.interventions.get("workspace", 0) > 0
-        assert franka.observe().ee_pos[2] > franka.spec.workspace_low[2] - 0.01
+        # targets stay `workspace_margin` above the floor; the arm overshoots them by its stopping distance
+        assert positions[:, 2].min() > franka.spec.workspace_low[2], positions[:, 2].min()
 
 
 def test_a_motion_the_planner_rejects_stops_the_arm_and_the_driver_carries_on(franka):

@@ -94,6 +94,23 @@ def test_workspace_box_clamps_cartesian_targets_and_rejects_joint_targets_outsid
     assert "workspace" in out.reasons and out.command.position[2] == pytest.approx(0.0)
 
 
+def test_steps_towards_a_target_inside_the_box_stay_inside_it():
+    """FK z = 0.5 + q2 − 2·q0: the target (0.4, 0, 0.8) is at z = 0.5, but moving every joint 0.1 rad a tick
+    dips to z = 0.1 on the way (q0 arrives first). Every command sent must keep z ≥ 0.2, and still arrive."""
+    spec = arm_spec(
+        position_high=np.full(J, 1.0),
+        workspace_low=np.array([-1.0, -1.0, 0.2]),
+        workspace_high=np.array([1.0, 1.0, 1.0]),
+    )
+    fk = lambda q: np.array([q[0], q[1], 0.5 + q[2] - 2 * q[0]])  # noqa: E731
+    safety = SafetyFilter(spec, SafetyConfig(max_step=0.1, command_timeout=1.0), fk)
+    sent = [safety(Command(position=np.array([0.4, 0.0, 0.8])), state(0.01 * k), 0.01 * k).command.position
+            for k in range(20)]  # fmt: skip
+    assert min(fk(q)[2] for q in sent) >= 0.2 - 1e-9
+    np.testing.assert_allclose(sent[-1], [0.4, 0.0, 0.8], atol=1e-9)
+    assert np.max(np.abs(np.diff(sent, axis=0))) <= 0.1 + 1e-9
+
+
 def test_stale_state_holds_then_recovers_and_a_long_fault_latches_the_estop():
     safety = SafetyFilter(arm_spec(), SafetyConfig(state_timeout=0.05, command_timeout=1.0, estop_after=0.3))
     safety(Command(position=np.full(J, 0.05)), state(0.0), 0.0)
