@@ -81,14 +81,21 @@ class Scenario:
     fault may recover)."""
 
 
+def policy_scenarios() -> list[Scenario]:
+    """The policy faults every robot is driven with; each must end in the e-stop."""
+    return [
+        Scenario("NaN actions", policy_fault="nan"),
+        Scenario("huge actions (1e6)", policy_fault="huge"),
+        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating"),
+        Scenario("policy stalls (10 s)", policy_fault="stall"),
+        Scenario("policy raises", policy_fault="exception"),
+    ]
+
+
 def go2_scenarios() -> list[Scenario]:
     start = PREPARE_S + FAULT_AT_S  # peer time of the fault (the peer's clock starts with the driver's)
     return [
-        Scenario("NaN actions", policy_fault="nan", expect="estop"),
-        Scenario("huge actions (1e6)", policy_fault="huge", expect="estop"),
-        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating", expect="estop"),
-        Scenario("policy stalls (10 s)", policy_fault="stall", expect="estop"),
-        Scenario("policy raises", policy_fault="exception", expect="estop"),
+        *policy_scenarios(),
         Scenario("state messages dropped for 0.2 s", peer_args=("--drop-state", f"{start},0.2"), expect="safe"),
         Scenario("state messages 150 ms late for 1.5 s", peer_args=("--delay-state", f"{start},1.5,0.15")),
         Scenario("robot computer dies", peer_args=("--die-at", f"{start}")),
@@ -185,11 +192,7 @@ class WavePolicy:
 
 def feetech_scenarios() -> list[Scenario]:
     return [
-        Scenario("NaN actions", policy_fault="nan"),
-        Scenario("huge actions (1e6)", policy_fault="huge"),
-        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating"),
-        Scenario("policy stalls (10 s)", policy_fault="stall"),
-        Scenario("policy raises", policy_fault="exception"),
+        *policy_scenarios(),
         Scenario("servos silent for 0.3 s", peer_args=("silence",), expect="safe"),
         Scenario("bus adapter unplugged", peer_args=("die",)),
     ]
@@ -237,11 +240,7 @@ UR_RANGE = 0.3
 
 def ur_scenarios() -> list[Scenario]:
     return [
-        Scenario("NaN actions", policy_fault="nan"),
-        Scenario("huge actions (1e6)", policy_fault="huge"),
-        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating"),
-        Scenario("policy stalls (10 s)", policy_fault="stall"),
-        Scenario("policy raises", policy_fault="exception"),
+        *policy_scenarios(),
         Scenario("program stopped on the pendant", peer_args=("dashboard-stop",)),
     ]
 
@@ -315,11 +314,7 @@ class AuditedFranka(Franka):
 
 def franka_scenarios() -> list[Scenario]:
     return [
-        Scenario("NaN actions", policy_fault="nan"),
-        Scenario("huge actions (1e6)", policy_fault="huge"),
-        Scenario("oscillating actions (±1 every step)", policy_fault="oscillating"),
-        Scenario("policy stalls (10 s)", policy_fault="stall"),
-        Scenario("policy raises", policy_fault="exception"),
+        *policy_scenarios(),
         Scenario("actions dive through the table", policy_fault="dive"),
         Scenario("robot controller dies", peer_args=("die",)),
     ]
