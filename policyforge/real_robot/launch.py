@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -138,7 +139,7 @@ def deploy(config: DeployConfig) -> tuple[LoopReport, dict]:
     with contextlib.ExitStack() as stack:
         facts_path = None
         if config.peer == "sim":
-            tmp = stack.enter_context(_temporary_dir())
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="policyforge-peer-")))
             facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
         robot, adapter, safety_config, rate = _robot_and_adapter(config, policy, domain, policy_rate)
         with robot:
@@ -193,11 +194,3 @@ def _record(root: Path, report: LoopReport, fps: float, task: str) -> None:
     dones = np.zeros(steps, bool)
     dones[-1] = True
     writer.add_episode(states, actions, np.zeros(steps, np.float32), dones, np.zeros(steps, bool))
-
-
-@contextlib.contextmanager
-def _temporary_dir() -> Iterator[Path]:
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="policyforge-peer-") as name:
-        yield Path(name)
