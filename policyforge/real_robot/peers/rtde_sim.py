@@ -273,8 +273,8 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
     controller.start()  # writes the first facts: every port listens by now
-    while not stopping.wait(0.5):
-        pass
+    while not stopping.is_set():  # a timed wait, so the signal handlers get to run
+        stopping.wait(0.5)
     rtde.close()
     for server in servers:
         server.close()
