@@ -31,7 +31,7 @@ from policyforge.real_robot.feetech import (
 from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
 from policyforge.real_robot.go2 import Go2, Go2Config
 from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
-from policyforge.real_robot.loop import ControlLoop, LoopConfig
+from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.peers.feetech_sim import FeetechBusPeer
 from policyforge.real_robot.robot import Command, RobotSpec, RobotState
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
@@ -261,10 +261,7 @@ def run_ur_scenario(scenario: Scenario, workdir: Path) -> dict:
             loop = ControlLoop(ur, safety, policy, JointAdapter(span), config, lambda t, s, f: modes.add(f.mode))
             if "dashboard-stop" in scenario.peer_args:
                 threading.Timer(PREPARE_S + FAULT_AT_S, _dashboard_stop).start()
-            try:
-                report = loop.run()
-            except RuntimeError:  # the controller refused servoJ: the loop latched the e-stop and stopped
-                report = loop.report
+            report = _run(loop, link_fault="dashboard-stop" in scenario.peer_args)
             commands = ur.stats["commands"]
         time.sleep(0.3)
         facts = read_facts(facts_path)
@@ -337,14 +334,20 @@ def run_franka_scenario(scenario: Scenario, policy_path: Path) -> dict:
         safety = SafetyFilter(robot.spec, ARM_SAFETY, adapter.forward_kinematics)
         config = LoopConfig(rate_hz=rate, policy_rate_hz=rate, seconds=FRANKA_RUN_S, prepare_seconds=PREPARE_S)
         loop = ControlLoop(robot, safety, policy, adapter, config)
-        try:
-            report = loop.run()
-        except Exception:  # franky raises once the connection is gone: the loop latched the e-stop and ended
-            if kill_after is None:
-                raise
-            report = loop.report
+        report = _run(loop, link_fault=kill_after is not None)
         commands, unsafe = robot.stats["commands"], robot.unsafe
     return _result(scenario, report, set(), commands, unsafe)
+
+
+def _run(loop: ControlLoop, link_fault: bool) -> LoopReport:
+    """Run the loop to its end. A scenario that breaks the link to the robot (`link_fault`) makes the driver
+    raise, which ends the loop with the e-stop latched: its report up to then. Anything else raises."""
+    try:
+        return loop.run()
+    except Exception:
+        if not link_fault:
+            raise
+        return loop.report
 
 
 def _result(
