@@ -4,13 +4,14 @@ from scratch.
 Each method is its config in configs/ (`<task>-dppo.yaml`, `-reinflow`, `-flow-sde`, `-residual-diffusion`,
 `-residual-flow`, `-ppo-scratch`), run through the same Runner as `policyforge train` with the same env-step
 budget and seeds. The fine-tuning methods start from the BC checkpoints of bench/bc_table.py (DDIM-10 diffusion
-for DPPO, 10-step rectified flow for Flow-SDE, 4-step shortcut model for ReinFlow, residuals on the first two;
+for DPPO, 10-step rectified flow for Flow-SDE, 1-step shortcut model for ReinFlow, residuals on the first two;
 trained here first when missing). Success is measured on `--eval-envs` deterministic episodes before training,
 every `--eval-every` env steps and at the end; "steps to 90%" is the first evaluation at ≥ 90% (mean over seeds
 of the seeds that got there; "-" when none did). Wall time is training time, evaluations excluded.
 
     python bench/finetune_table.py [--tasks arm-lift-cube] [--seeds 0 1 2] [--steps 153600]
                                    [--methods dppo reinflow ...] [--out bench/results/finetune]
+                                   [--set key=value ...]
 
 Prints a table and writes a plot; the last line is JSON {"task", "results": {method: {"before", "after",
 "wall_s", "steps_to_90"}}} for arm-lift-cube (or the first task).
@@ -38,7 +39,7 @@ from policyforge.config import load
 
 METHODS = {  # key: (config suffix, bench/bc_table.py run it starts from)
     "dppo": ("dppo", "diffusion_ddim10"),
-    "reinflow": ("reinflow", "shortcut_4"),
+    "reinflow": ("reinflow", "shortcut_1"),
     "flow_sde": ("flow-sde", "flow_rf10"),
     "residual_diffusion": ("residual-diffusion", "diffusion_ddim10"),
     "residual_flow": ("residual-flow", "flow_rf10"),
@@ -70,6 +71,7 @@ def run_one(task: str, method: str, seed: int, args) -> dict:
     ]
     if bc_key:
         overrides.append(f"init_policy={BC_RUNS / f'{task}-{bc_key}'}")
+    overrides += args.set  # last, so they win
     config = load(RunConfig, f"configs/{task}-{suffix}.yaml", overrides)
     shutil.rmtree(config.run_dir, ignore_errors=True)
     runner = Runner.start(config, Console(quiet=True))
@@ -133,6 +135,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=20_480)
     parser.add_argument("--eval-envs", type=int, default=50)
     parser.add_argument("--out", type=Path, default=Path("bench/results/finetune"))
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides applied to every run (e.g. ppo.actor_lr=1e-3)")
     args = parser.parse_args()
     console = Console(width=200)
     results: dict[str, dict[str, list[dict]]] = {}
