@@ -135,8 +135,13 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=20_480)
     parser.add_argument("--eval-envs", type=int, default=50)
     parser.add_argument("--out", type=Path, default=Path("bench/results/finetune"))
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides applied to every run (e.g. ppo.actor_lr=1e-3)")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides applied to every run (e.g. ppo.actor_lr=1e-3)",
+    )
     args = parser.parse_args()
     console = Console(width=200)
     results: dict[str, dict[str, list[dict]]] = {}
