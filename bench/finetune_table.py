@@ -4,7 +4,7 @@ from scratch.
 Each method is its config in configs/ (`<task>-dppo.yaml`, `-reinflow`, `-flow-sde`, `-residual-diffusion`,
 `-residual-flow`, `-ppo-scratch`), run through the same Runner as `policyforge train` with the same env-step
 budget and seeds. The fine-tuning methods start from the BC checkpoints of bench/bc_table.py (DDIM-10 diffusion
-for DPPO, 10-step rectified flow for Flow-SDE, 1-step shortcut model for ReinFlow, residuals on the first two;
+for DPPO, 10-step rectified flow for Flow-SDE, 4-step shortcut model for ReinFlow, residuals on the first two;
 trained here first when missing). Success is measured on `--eval-envs` deterministic episodes before training,
 every `--eval-every` env steps and at the end; "steps to 90%" is the first evaluation at ≥ 90% (mean over seeds
 of the seeds that got there; "-" when none did). Wall time is training time, evaluations excluded.
@@ -39,7 +39,7 @@ from policyforge.config import load
 
 METHODS = {  # key: (config suffix, bench/bc_table.py run it starts from)
     "dppo": ("dppo", "diffusion_ddim10"),
-    "reinflow": ("reinflow", "shortcut_1"),
+    "reinflow": ("reinflow", "shortcut_4"),
     "flow_sde": ("flow-sde", "flow_rf10"),
     "residual_diffusion": ("residual-diffusion", "diffusion_ddim10"),
     "residual_flow": ("residual-flow", "flow_rf10"),
