@@ -1,0 +1,119 @@
+"""Why a behaviour-cloned policy fails, before fine-tuning it: its success against the episode's length and
+against Gaussian action noise, with its own RL sampler (`sample`, the chain PPO explores with), and the task's
+reward terms at the end of failed against successful episodes.
+
+One episode per env (the first), seeded as `policyforge eval` seeds them; `act` unless said otherwise.
+
+    python bench/bc_failures.py RUN_DIR [--envs 100] [--seconds 6 9 12] [--noise 0.02 0.05 0.1 0.2]
+
+Prints one table per question; the last line is JSON {"run", "success": {setting: rate}, "final_terms":
+{"failed": {term: mean}, "succeeded": {...}}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from policyforge.algos.runner import EVAL_SEED_OFFSET, load_run
+from policyforge.policies.base import Obs, Policy
+from policyforge.policies.rollout import ChunkedActor
+from policyforge.sims import make_env
+from policyforge.sims.vec_env import VecEnv
+
+
+@torch.no_grad()
+def first_episodes(env: VecEnv, policy: Policy, seed: int, noise: float = 0.0) -> dict[str, np.ndarray]:
+    """Success, success at any step, length [s] and the reward terms at the last step of each env's first
+    episode, [N] each; `noise`: std of Gaussian noise added to every executed action (then clipped to ±1)."""
+    obs, n = env.reset(seed=seed), env.num_envs
+    actor, finished = ChunkedActor(policy, n), np.zeros(n, dtype=bool)
+    result: dict[str, np.ndarray] = {}
+    while not finished.all():
+        action = actor(obs)
+        if noise:
+            action = (action + noise * torch.randn_like(action)).clamp(-1.0, 1.0)
+        obs, _, _, _, info = env.step(action)
+        episode = info["episode"]
+        actor.episodes_ended(episode["done"])
+        first = episode["done"].numpy() & ~finished
+        values = {
+            "success": episode["success"],
+            "success_once": episode["success_once"],
+            "seconds": episode["length"] * env.control_dt,
+            **{f"term/{k}": v for k, v in info["reward_terms"].items()},
+        }
+        for key, value in values.items():
+            result.setdefault(key, np.zeros(n))[first] = value.numpy()[first]
+        finished |= first
+    return result
+
+
+def sampling_act(policy: Policy) -> Callable[[Obs], torch.Tensor]:
+    """`act` replaced by one draw of the policy's RL sampler."""
+    return lambda obs: policy.sample(obs).action
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--envs", type=int, default=100)
+    parser.add_argument("--seconds", nargs="+", type=float, default=[6.0, 9.0, 12.0], help="episode lengths")
+    parser.add_argument("--noise", nargs="+", type=float, default=[0.02, 0.05, 0.1, 0.2], help="action noise stds")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    console = Console(width=160)
+    config, policy, env = load_run(args.run_dir, num_envs=args.envs)
+    seed = config.seed + EVAL_SEED_OFFSET
+    success: dict[str, float] = {}
+
+    lengths = Table(title=f"{args.run_dir}: success against the episode's length ({args.envs} episodes, act)")
+    for column in ("episode s", "success at the end", "success at any step", "failures' final terms"):
+        lengths.add_column(column)
+    for seconds in args.seconds:
+        sim = dataclasses.replace(config.sim, task_options={**config.sim.task_options, "episode_seconds": seconds})
+        longer = make_env(dataclasses.replace(sim, num_envs=args.envs), seed=seed)
+        stats = first_episodes(longer, policy, seed)
+        longer.close()
+        failed = stats["success"] == 0
+        terms = {k[5:]: round(float(v[failed].mean()), 3) for k, v in stats.items() if k.startswith("term/")}
+        success[f"act, {seconds:g} s"] = float(stats["success"].mean())
+        lengths.add_row(f"{seconds:g}", f"{stats['success'].mean():.0%}", f"{stats['success_once'].mean():.0%}",
+                        str(terms) if failed.any() else "-")  # fmt: skip
+    console.print(lengths)
+
+    noisy = Table(title="success against action noise (the run's episode length)")
+    noisy.add_column("actions")
+    noisy.add_column("success")
+    base = first_episodes(env, policy, seed)
+    success["act"] = float(base["success"].mean())
+    noisy.add_row("act", f"{success['act']:.0%}")
+    for std in args.noise:
+        success[f"act + N(0, {std:g}²)"] = float(first_episodes(env, policy, seed, std)["success"].mean())
+        noisy.add_row(f"act + N(0, {std:g}²)", f"{success[f'act + N(0, {std:g}²)']:.0%}")
+    policy.act = sampling_act(policy)  # the instance attribute shadows the method for this run only
+    success["sample"] = float(first_episodes(env, policy, seed)["success"].mean())
+    noisy.add_row("sample (the RL sampler)", f"{success['sample']:.0%}")
+    env.close()
+    console.print(noisy)
+
+    ended = base["success"] == 1
+    final_terms = {
+        group: {k[5:]: round(float(v[rows].mean()), 3) for k, v in base.items() if k.startswith("term/")}
+        for group, rows in (("failed", ~ended), ("succeeded", ended))
+        if rows.any()
+    }
+    console.print(f"reward terms at the last step: {final_terms}")
+    print(json.dumps({"run": str(args.run_dir), "success": success, "final_terms": final_terms}))
+
+
+if __name__ == "__main__":
+    main()
