@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from policyforge.algos.runner import EVAL_SEED_OFFSET, load_run
-from policyforge.policies.base import Obs, Policy
+from policyforge.policies.base import Policy
 from policyforge.policies.rollout import ChunkedActor
 from policyforge.sims import make_env
 from policyforge.sims.vec_env import VecEnv
@@ -33,7 +32,9 @@ from policyforge.sims.vec_env import VecEnv
 @torch.no_grad()
 def first_episodes(env: VecEnv, policy: Policy, seed: int, noise: float = 0.0) -> dict[str, np.ndarray]:
     """Success, success at any step, length [s] and the reward terms at the last step of each env's first
-    episode, [N] each; `noise`: std of Gaussian noise added to every executed action (then clipped to ±1)."""
+    episode, [N] each; `noise`: std of Gaussian noise added to every executed action (then clipped to ±1).
+    Seeded: the same call gives the same episodes."""
+    torch.manual_seed(seed)  # the noise and the RL sampler's draws repeat from run to run
     obs, n = env.reset(seed=seed), env.num_envs
     actor, finished = ChunkedActor(policy, n), np.zeros(n, dtype=bool)
     result: dict[str, np.ndarray] = {}
@@ -57,9 +58,16 @@ def first_episodes(env: VecEnv, policy: Policy, seed: int, noise: float = 0.0) -
     return result
 
 
-def sampling_act(policy: Policy) -> Callable[[Obs], torch.Tensor]:
-    """`act` replaced by one draw of the policy's RL sampler."""
-    return lambda obs: policy.sample(obs).action
+def episodes_of_length(config, policy: Policy, envs: int, seconds: float) -> dict[str, np.ndarray]:
+    """`first_episodes` of `act` on the run's task with episodes of `seconds`."""
+    options = {**config.sim.task_options, "episode_seconds": seconds}
+    sim = dataclasses.replace(config.sim, num_envs=envs, task_options=options)
+    seed = config.seed + EVAL_SEED_OFFSET
+    env = make_env(sim, seed=seed)
+    try:
+        return first_episodes(env, policy, seed)
+    finally:
+        env.close()
 
 
 def main() -> None:
@@ -74,15 +82,14 @@ def main() -> None:
     config, policy, env = load_run(args.run_dir, num_envs=args.envs)
     seed = config.seed + EVAL_SEED_OFFSET
     success: dict[str, float] = {}
+    base = first_episodes(env, policy, seed)
+    run_seconds = env.episode_steps * env.control_dt
 
     lengths = Table(title=f"{args.run_dir}: success against the episode's length ({args.envs} episodes, act)")
     for column in ("episode s", "success at the end", "success at any step", "failures' final terms"):
         lengths.add_column(column)
     for seconds in args.seconds:
-        sim = dataclasses.replace(config.sim, task_options={**config.sim.task_options, "episode_seconds": seconds})
-        longer = make_env(dataclasses.replace(sim, num_envs=args.envs), seed=seed)
-        stats = first_episodes(longer, policy, seed)
-        longer.close()
+        stats = base if abs(seconds - run_seconds) < 1e-9 else episodes_of_length(config, policy, args.envs, seconds)
         failed = stats["success"] == 0
         terms = {k[5:]: round(float(v[failed].mean()), 3) for k, v in stats.items() if k.startswith("term/")}
         success[f"act, {seconds:g} s"] = float(stats["success"].mean())
@@ -93,13 +100,12 @@ def main() -> None:
     noisy = Table(title="success against action noise (the run's episode length)")
     noisy.add_column("actions")
     noisy.add_column("success")
-    base = first_episodes(env, policy, seed)
     success["act"] = float(base["success"].mean())
     noisy.add_row("act", f"{success['act']:.0%}")
     for std in args.noise:
         success[f"act + N(0, {std:g}²)"] = float(first_episodes(env, policy, seed, std)["success"].mean())
         noisy.add_row(f"act + N(0, {std:g}²)", f"{success[f'act + N(0, {std:g}²)']:.0%}")
-    policy.act = sampling_act(policy)  # the instance attribute shadows the method for this run only
+    policy.act = lambda obs: policy.sample(obs).action  # the RL sampler stands in for `act` from here on
     success["sample"] = float(first_episodes(env, policy, seed)["success"].mean())
     noisy.add_row("sample (the RL sampler)", f"{success['sample']:.0%}")
     env.close()
