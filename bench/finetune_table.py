@@ -46,6 +46,8 @@ METHODS = {  # key: (config suffix, bench/bc_table.py run it starts from)
     "gaussian_scratch": ("ppo-scratch", None),
 }
 BC_RUNS = Path("bench/results/bc/runs")
+TIME_PARTS = ("sim", "act", "update")
+"""Where training time goes (PPO's perf/*_s): env.step, acting (sampling chains, values), the PPO update."""
 
 
 def ensure_bc_runs(task: str, methods: list[str]) -> None:
@@ -81,7 +83,8 @@ def run_one(task: str, method: str, seed: int, args) -> dict:
     evals = [json.loads(line) for line in (config.run_dir / "metrics.jsonl").read_text().splitlines()]
     curve = [(0, before, 0.0)] + [(m["env_steps"], m["eval/success"], m["perf/wall_s"]) for m in evals
                                   if "eval/success" in m]  # fmt: skip
-    return {"before": before, "after": summary["eval/success"], "wall_s": summary["wall_s"], "curve": curve}
+    split = {part: sum(m.get(f"perf/{part}_s", 0.0) for m in evals) for part in TIME_PARTS}
+    return {"before": before, "after": summary["eval/success"], "wall_s": summary["wall_s"], "curve": curve, **split}
 
 
 def first_reaching(curve: list[tuple[int, float, float]], level: float) -> tuple[int, float] | None:
@@ -100,6 +103,7 @@ def aggregate(runs: list[dict]) -> dict:
         "steps_to_90": round(statistics.mean(s for s, _ in reached)) if reached else None,
         "wall_to_90": round(statistics.mean(w for _, w in reached), 1) if reached else None,
         "seeds_at_90": len(reached),
+        **{f"{part}_s": round(statistics.mean(r[part] for r in runs), 1) for part in TIME_PARTS},
     }
 
 
@@ -166,6 +170,14 @@ def main() -> None:
                           f"{s['wall_s']:.0f}", dash(s["steps_to_90"]), dash(s["wall_to_90"]),
                           f"{s['seeds_at_90']}/{len(args.seeds)}")  # fmt: skip
     console.print(table)
+    split = Table(title="Where the training time goes (seconds per run, means over seeds)")
+    for column in ["task", "method", "simulation", "acting", "PPO update", "total"]:
+        split.add_column(column)
+    for task, methods in summaries.items():
+        for method, s in methods.items():
+            parts = [s[f"{part}_s"] for part in TIME_PARTS]
+            split.add_row(task, method, *(f"{v:.0f}" for v in parts), f"{sum(parts):.0f}")
+    console.print(split)
     for task, methods in results.items():
         if "reinflow" in methods and "dppo" in methods:
             level, reinflow_s, dppo_s = wall_to_common_success(methods["reinflow"], methods["dppo"])

@@ -141,6 +141,8 @@ def _check_observations(policy, batch: int = 256) -> dict:
     obs[policy.obs_key] = state
     if "image" in obs:
         obs["image"] = torch.randint(0, 256, obs["image"].shape, generator=generator, dtype=torch.uint8)
+    if "base_action" in obs:  # a per-step residual's input
+        obs["base_action"] = torch.rand(obs["base_action"].shape, generator=generator) * 2 - 1
     return obs
 
 

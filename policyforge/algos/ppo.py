@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ from policyforge.algos.ppo_config import PPOConfig
 from policyforge.config import check
 from policyforge.policies.base import Chain, Obs, Policy
 from policyforge.policies.critics import ValueFunction
-from policyforge.policies.rollout import ObservationHistory
+from policyforge.policies.rollout import history_for
 from policyforge.sims.vec_env import VecEnv
 
 
@@ -39,7 +40,7 @@ class PPO(Algorithm):
         self.policy, self.config = policy, config
         self.act_steps = getattr(policy, "act_steps", policy.chunk_len)
         """Env steps per decision: the executed part of each action chunk."""
-        self.history = ObservationHistory(policy, num_envs)
+        self.history = history_for(policy, num_envs)
         self.critic = ValueFunction(
             critic_obs_dim, config.critic_hidden, config.critic_activation, config.critic_obs_key
         )
@@ -61,15 +62,27 @@ class PPO(Algorithm):
         )
         self.anchor: Policy | None = None
         """Frozen copy of the policy as it was at the first update (bc_coef > 0)."""
+        self._sim_seconds = 0.0
+        """Time spent in env.step during the current rollout."""
 
     def steps_per_iteration(self, env: VecEnv) -> int:
         return env.num_envs * self.config.rollout_steps * self.act_steps
 
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
+        start = time.perf_counter()
+        self._sim_seconds = 0.0
         batch, obs = self._collect(env, obs, on_step)
+        collected = time.perf_counter()
         self._set_learning_rate()
         metrics = self._update(batch)
         self.iteration += 1
+        metrics.update(  # where an iteration's time goes: simulation, acting (policy, critic, bookkeeping), update
+            {
+                "perf/sim_s": self._sim_seconds,
+                "perf/act_s": collected - start - self._sim_seconds,
+                "perf/update_s": time.perf_counter() - collected,
+            }
+        )
         return obs, metrics
 
     # -- rollout -----------------------------------------------------------------------------------------
@@ -88,7 +101,9 @@ class PPO(Algorithm):
             value = critic(critic_obs)
             total, done, discount = torch.zeros_like(value), torch.zeros_like(value, dtype=torch.bool), 1.0
             for i in range(self.act_steps):
+                stepped = time.perf_counter()
                 next_obs, reward, terminated, truncated, info = env.step(sample.action[:, i])
+                self._sim_seconds += time.perf_counter() - stepped
                 on_step(info)
                 ended = terminated | truncated
                 reward = self.reward_scaler(reward, ended)

@@ -2,7 +2,9 @@
 
 The exported graph maps observations (state [B, D] float32, or a history [B, T_o, D] and images [B, T_o, V, H, W, 3]
 uint8 for chunked policies) to action chunks [B, H, A] in [-1, 1]; a JSON file beside it says which inputs it
-expects and what the actions mean.
+expects and what the actions mean. A per-step residual's graph maps (obs [B, D], base_action [B, A]) to [B, 1, A];
+its base's graph is written beside it (`<name>_base.onnx`, named by "base" in the JSON), and a deployment runs
+the base's chunks and feeds each step's base action to the residual (`real_robot.deploy.ExportedPolicy`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from torch import nn
 from policyforge.io import atomic_path
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
+from policyforge.policies.residual import BASE_ACTION_KEY, ResidualPolicy
 
 Format = Literal["onnx", "torchscript"]
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
 
 
-INPUT_NAMES = {IMAGE_KEY: "image"}
+INPUT_NAMES = {IMAGE_KEY: "image", BASE_ACTION_KEY: "base_action"}
 """Graph input name of each observation key; the policy's state is called "obs"."""
 
 
@@ -41,18 +44,24 @@ class ActGraph(nn.Module):
         super().__init__()
         self.policy, self.keys = policy, input_names(policy)
 
-    def forward(self, obs: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
-        inputs = (obs,) if image is None else (obs, image)
+    def forward(self, obs: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """`extra`: the image of image policies, the base action of per-step residuals."""
+        inputs = (obs,) if extra is None else (obs, extra)
         return self.policy.act(dict(zip(self.keys, inputs, strict=True)))
 
 
 def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | None = None) -> Path:
     """Write the graph to `path` (atomically) and its description to `path` with suffix .json. Chunked
     policies are exported with their whole deterministic sampler (a fixed number of steps) inside."""
+    path = Path(path)
+    base = {}
+    if isinstance(policy, ResidualPolicy) and policy.per_step:
+        base_path = path.with_name(f"{path.stem}_base{path.suffix}")
+        export(policy.base, base_path, fmt, metadata)
+        base = {"base": base_path.name}
     graph = ActGraph(policy).eval()
     example = tuple(policy.example_obs(2).values())
     names = [INPUT_NAMES.get(key, "obs") for key in graph.keys]
-    path = Path(path)
     with torch.no_grad(), atomic_path(path) as tmp:
         if fmt == "torchscript":
             with warnings.catch_warnings():  # deprecated in favour of torch.export, still what C++ deploys load
@@ -82,6 +91,7 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
         "inputs": {name: [*value.shape[1:]] for name, value in zip(names, example, strict=True)},
         "input": "obs [B, ...] float32 (state, normalised inside); image [B, ...] uint8 for image policies",
         "output": "action [B, chunk_len, action_dim] in [-1, 1]",
+        **base,
         **(metadata or {}),
     }
     with atomic_path(path.with_suffix(".json")) as tmp:

@@ -1,11 +1,18 @@
-"""Residual policy (ResiP, Ankile et al. 2024): a Gaussian correction on top of a frozen base policy's chunk.
+"""Residual policy (ResiP, Ankile et al. 2024): a Gaussian correction on top of a frozen base policy.
 
-    action = clip(base.act(obs) + scale · r, −1, 1),   r ~ N(μ_θ(state, base action), σ_θ²)   [B, H, A]
+    action = clip(base action + scale · r, −1, 1),   r ~ N(μ_θ(state, base action), σ_θ²)
 
-The chain is the residual r [B, H, A]; log_prob is the residual's only (the base is deterministic and frozen),
-so PPO fine-tunes the residual without touching the base. The residual sees the latest state (normalised by
-its own statistics) and the base's whole chunk; its output layer starts near zero, so the combined policy
-starts as the base policy.
+Two ways to apply it:
+- per chunk (default): the residual plans with the base, [B, H, A] corrections of the base's whole chunk
+  `base.act(obs)`, fixed for the executed steps of the chunk;
+- per step (`per_step: true`, as ResiP runs it): the base's chunks run as they would alone and the residual
+  corrects every executed action from the state at that step, closed-loop inside the chunk. Its decisions are
+  single steps [B, 1, A]; it reads the base's action of the step as obs["base_action"] [B, A], which
+  `rollout.BaseActionHistory` (in PPO's rollouts, evaluation and deployment alike) adds to the observations.
+
+The chain is the residual r; log_prob is the residual's only (the base is deterministic and frozen), so PPO
+fine-tunes the residual without touching the base. The residual sees the latest state (normalised by its own
+statistics) and the base action(s); its output layer starts near zero, so the combined policy starts as the base.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ from policyforge.policies.base import Obs, Policy, Sample
 from policyforge.policies.chunked import gaussian_entropy, gaussian_log_density, gaussian_log_prob
 from policyforge.policies.networks import Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
+
+BASE_ACTION_KEY = "base_action"
+"""Observation key of the base's action at this step [B, A] (per-step residuals)."""
 
 
 @dataclasses.dataclass
@@ -41,6 +51,9 @@ class ResidualConfig:
     """Initial std of the residual (before `scale`)."""
     out_gain: float = 0.001
     """Init gain of the output layer: near zero, so the policy starts as its base."""
+    per_step: bool = False
+    """Correct every executed action from the state at its step (ResiP; closed-loop inside the base's chunks);
+    false: one correction of the whole chunk, decided when the base plans it."""
 
     def __post_init__(self) -> None:
         check(self.scale > 0, "scale", f"must be > 0, got {self.scale}")
@@ -49,17 +62,21 @@ class ResidualConfig:
 
 
 class ResidualPolicy(Policy):
-    """Frozen `base` (any policy) + trainable Gaussian residual over its chunk."""
+    """Frozen `base` (any policy) + trainable Gaussian residual over its chunk, or over each executed action."""
 
     def __init__(self, base: Policy, state_dim: int, config: ResidualConfig):
         super().__init__()
         self.base, self.config = base.eval().requires_grad_(False), config
-        self.obs_key, self.action_dim, self.chunk_len = base.obs_key, base.action_dim, base.chunk_len
-        self.act_steps = getattr(base, "act_steps", base.chunk_len)
-        self.n_obs_steps = getattr(base, "n_obs_steps", 0)
-        self.image_shape = getattr(base, "image_shape", None)
+        self.obs_key, self.action_dim, self.state_dim = base.obs_key, base.action_dim, state_dim
+        self.per_step = config.per_step
+        if self.per_step:  # single-step decisions on the latest state; the base's history is kept outside
+            self.chunk_len, self.act_steps, self.n_obs_steps, self.image_shape = 1, 1, 0, None
+        else:
+            self.chunk_len, self.act_steps = base.chunk_len, getattr(base, "act_steps", base.chunk_len)
+            self.n_obs_steps = getattr(base, "n_obs_steps", 0)
+            self.image_shape = getattr(base, "image_shape", None)
         self.export_tolerance = base.export_tolerance
-        chunk = base.chunk_len * base.action_dim
+        chunk = self.chunk_len * base.action_dim
         self.normalizer = RunningNormalizer(state_dim)
         self.net = mlp(state_dim + chunk, config.hidden, chunk, config.activation, out_gain=config.out_gain)
         self.log_std = nn.Parameter(torch.full((base.action_dim,), math.log(config.init_std)))
@@ -70,9 +87,12 @@ class ResidualPolicy(Policy):
         return self
 
     def distribution(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Base action, residual mean and std, [B, H, A] each."""
-        with torch.no_grad():
-            base_action = self.base.act(obs)
+        """Base action, residual mean and std, [B, H, A] each (H = 1 per step)."""
+        if self.per_step:
+            base_action = obs[BASE_ACTION_KEY][:, None]
+        else:
+            with torch.no_grad():
+                base_action = self.base.act(obs)
         state = obs[self.obs_key]
         latest = state[:, -1] if state.dim() == 3 else state
         mean = self.net(torch.cat([self.normalizer(latest), base_action.flatten(1)], dim=-1)).view_as(base_action)
@@ -99,7 +119,12 @@ class ResidualPolicy(Policy):
         self.normalizer.update(state[:, -1] if state.dim() == 3 else state)
 
     def example_obs(self, batch: int) -> Obs:
+        if self.per_step:
+            state, base_action = torch.zeros(batch, self.state_dim), torch.zeros(batch, self.action_dim)
+            return {self.obs_key: state, BASE_ACTION_KEY: base_action}
         return self.base.example_obs(batch)
 
     def export_spec(self) -> dict[str, Any]:
+        if self.per_step:  # export.export writes the base's graph beside this one
+            return {**super().export_spec(), "residual_scale": self.config.scale, "per_step": True}
         return {**self.base.export_spec(), "residual_scale": self.config.scale}

@@ -3,7 +3,7 @@
 Chunked policies see the last T_o observations and plan H actions at once; `ChunkedActor` keeps each env's
 history, executes `act_steps` actions of every chunk and plans again, per env (an env that starts a new
 episode mid-chunk gets a fresh history and a fresh chunk; the others keep theirs). Single-step policies pass
-straight through.
+straight through. A per-step residual gets its base's action of each step from `BaseActionHistory`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
+from policyforge.policies.residual import BASE_ACTION_KEY, ResidualPolicy
 
 
 class ObservationHistory:
@@ -53,12 +54,41 @@ class ObservationHistory:
         self.stacked = {k.removeprefix("stacked."): v.clone() for k, v in state.items() if k != "fresh"}
 
 
+class BaseActionHistory:
+    """The inputs of a per-step residual: the latest state and its base's action for this step [N, A], the base's
+    chunks executed by a `ChunkedActor` exactly as they would be without the residual. Same interface as
+    `ObservationHistory`."""
+
+    def __init__(self, policy: ResidualPolicy, num_envs: int):
+        self.base = ChunkedActor(policy.base, num_envs)
+        self.keys = [policy.obs_key, BASE_ACTION_KEY]
+
+    def restart(self, done: torch.Tensor) -> None:
+        self.base.episodes_ended(done)
+
+    def push(self, obs: Obs) -> Obs:
+        return {self.keys[0]: obs[self.keys[0]], BASE_ACTION_KEY: self.base(obs)}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.base.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.base.load_state_dict(state)
+
+
+def history_for(policy: Policy, num_envs: int) -> ObservationHistory | BaseActionHistory:
+    """What turns each env step's observations into `policy`'s inputs (see the two classes)."""
+    if isinstance(policy, ResidualPolicy) and policy.per_step:
+        return BaseActionHistory(policy, num_envs)
+    return ObservationHistory(policy, num_envs)
+
+
 class ChunkedActor:
     """obs [N, ...] → action [N, A] for a policy returning chunks [N, H, A]."""
 
     def __init__(self, policy: Policy, num_envs: int, noise_scale: float = 0.0):
         self.policy, self.num_envs, self.noise_scale = policy, num_envs, noise_scale
-        self.history = ObservationHistory(policy, num_envs)
+        self.history = history_for(policy, num_envs)
         self.act_steps = getattr(policy, "act_steps", policy.chunk_len)
         self.chunk: torch.Tensor | None = None
         self.cursor = torch.full((num_envs,), self.act_steps, dtype=torch.long)
@@ -84,3 +114,14 @@ class ChunkedActor:
         action = self.chunk[torch.arange(self.num_envs), self.cursor]
         self.cursor += 1
         return action
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        chunk = {} if self.chunk is None else {"chunk": self.chunk.clone()}
+        history = {f"history.{k}": v for k, v in self.history.state_dict().items()}
+        return {"cursor": self.cursor.clone(), **chunk, **history}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.cursor = state["cursor"].clone()
+        self.chunk = state["chunk"].clone() if "chunk" in state else None
+        history = {k.removeprefix("history."): v for k, v in state.items() if k.startswith("history.")}
+        self.history.load_state_dict(history)

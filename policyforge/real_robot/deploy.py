@@ -21,7 +21,7 @@ from policyforge.sims.tasks.quadruped import JOINT_NAMES, STAND_QPOS, QuadrupedC
 class ExportedPolicy:
     """An exported policy (ONNX or TorchScript, see `policyforge export`) as obs [D] → action [A]: keeps the
     observation history of chunked policies and executes `act_steps` actions of each chunk, like the
-    simulator's `ChunkedActor`."""
+    simulator's `ChunkedActor`; a per-step residual runs its base's exported chunks and corrects each action."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -35,9 +35,12 @@ class ExportedPolicy:
         self.action_dim = int(self.spec["action_dim"])
         self.history_len = int(self.spec.get("n_obs_steps") or 0)
         self.act_steps = int(self.spec.get("act_steps") or self.spec.get("chunk_len", 1))
+        self.base = ExportedPolicy(self.path.with_name(self.spec["base"])) if self.spec.get("base") else None
         self.reset()
 
     def reset(self) -> None:
+        if self.base is not None:
+            self.base.reset()
         self.history: collections.deque[np.ndarray] = collections.deque(maxlen=max(self.history_len, 1))
         self.chunk: np.ndarray | None = None
         self.cursor = self.act_steps
@@ -50,7 +53,8 @@ class ExportedPolicy:
             self.history.append(obs)
         if self.cursor >= self.act_steps:
             batch = np.stack(self.history)[None] if self.history_len else obs[None]
-            self.chunk, self.cursor = np.asarray(self.run(batch))[0].reshape(-1, self.action_dim), 0
+            inputs = (batch,) if self.base is None else (batch, self.base(obs)[None])
+            self.chunk, self.cursor = np.asarray(self.run(*inputs))[0].reshape(-1, self.action_dim), 0
         action = self.chunk[self.cursor]
         self.cursor += 1
         return action

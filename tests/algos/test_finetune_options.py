@@ -127,8 +127,10 @@ def bc_like_start(tmp_path, settings: dict) -> Path:
     return tmp_path / "start"
 
 
-def test_residual_needs_a_base_and_trains_only_the_residual(tmp_path):
-    residual = {"policy_class": "residual", "residual": {"base_class": "flow", "hidden": [32]}, "flow": FLOW["flow"]}
+@pytest.mark.parametrize("per_step", [False, True])
+def test_residual_needs_a_base_and_trains_only_the_residual(tmp_path, per_step):
+    residual = {"base_class": "flow", "hidden": [32], "per_step": per_step}
+    residual = {"policy_class": "residual", "residual": residual, "flow": FLOW["flow"]}
     with pytest.raises(ConfigError, match="init_policy"):
         run_config(tmp_path, "no-base", **residual)
     start = bc_like_start(tmp_path, FLOW)
@@ -139,6 +141,25 @@ def test_residual_needs_a_base_and_trains_only_the_residual(tmp_path):
     changed = {k for k, v in trained.items() if not torch.equal(v, initial[k])}
     assert changed and all(not k.startswith("base.") for k in changed)
     runner.close()
+
+
+def test_per_step_residual_resumes_exactly(tmp_path):
+    """The base's chunks in flight (history, chunk, cursor per env) are part of the checkpoint: a run stopped
+    mid-chunk and resumed ends with the parameters of an uninterrupted one."""
+    start = bc_like_start(tmp_path, FLOW)
+    residual = {"policy_class": "residual", "residual": {"base_class": "flow", "hidden": [32], "per_step": True}}
+    settings = {**residual, "flow": FLOW["flow"], "init_policy": str(start), "ppo": {"rollout_steps": 7, "epochs": 1}}
+    runs = {}
+    for name, steps in (("whole", 560), ("split", 280)):
+        config = run_config(tmp_path, name, **settings, runner={"total_env_steps": steps, "eval_envs": 2, **QUIET})
+        Runner.start(config, Console(quiet=True)).train()
+        runs[name] = tmp_path / name
+    resumed = Runner.resume(runs["split"], Console(quiet=True), ["runner.total_env_steps=560"])
+    assert resumed.algo.history.base.cursor.tolist() != [2] * 8  # 7-step rollouts stop inside 2-action chunks
+    resumed.train()
+    whole, split = (torch.load(runs[n] / "checkpoints" / "latest.pt", weights_only=False)["algo"] for n in runs)
+    for name, value in whole["policy"].items():
+        assert torch.equal(value, split["policy"][name]), name
 
 
 def test_evaluation_and_loading_use_the_fine_tuned_weights(tmp_path):

@@ -1,7 +1,10 @@
 """Diffusion and flow samplers against references: diffusers' DDIM step, the Flow-SDE marginals of a known
 flow, the DPPO chain's std floor and noise clip, ChunkedActor's per-env history and chunk execution, and the
-residual policy's frozen base."""
+residual policy's frozen base and per-step corrections."""
 
+import json
+
+import numpy as np
 import pytest
 import torch
 from diffusers import DDIMScheduler
@@ -11,9 +14,11 @@ from policyforge.config import ConfigError
 from policyforge.policies.chunked import ChunkConfig
 from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
+from policyforge.policies.export import export
 from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.residual import ResidualConfig, ResidualPolicy
 from policyforge.policies.rollout import ChunkedActor
+from policyforge.real_robot.deploy import ExportedPolicy
 
 OBS_DIM, ACTION_DIM = 5, 2
 SMALL = DenoiserConfig(hidden=[32, 32], time_dim=8)
@@ -168,3 +173,32 @@ def test_residual_starts_as_its_base_and_trains_only_itself():
     assert all(torch.equal(before[k], v) for k, v in base.state_dict().items())
     assert not base.training  # the base stays in eval mode inside a training residual
     assert (policy.act(obs) - base.act(obs)).abs().max() > 1e-2
+
+
+def test_per_step_residual_corrects_every_action_of_its_bases_chunks(tmp_path):
+    """ResiP's closed loop: the base's chunks run as they would alone (history, replanning, episode restarts) and
+    each executed action gets its own correction from the state at that step; the exported pair of graphs,
+    deployed one observation at a time, repeats the simulator's actions."""
+    torch.manual_seed(0)
+    config = FlowConfig(chunk=ChunkConfig(n_obs_steps=2, horizon=4, act_steps=3), denoiser=SMALL, steps=2)
+    base = FlowPolicy(OBS_DIM, ACTION_DIM, config).eval()
+    policy = ResidualPolicy(base, OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3, per_step=True, out_gain=1.0))
+    policy.eval()
+    alone, corrected = ChunkedActor(base, num_envs=2), ChunkedActor(policy, num_envs=2)
+    observations = [torch.randn(2, OBS_DIM) for _ in range(7)]
+    base_actions, actions = [], []
+    for t, obs in enumerate(observations):
+        if t == 4:
+            for actor in (alone, corrected):
+                actor.episodes_ended(torch.tensor([True, False]))
+        base_actions.append(alone({"policy": obs}))
+        actions.append(corrected({"policy": obs}))
+    for obs, base_action, action in zip(observations, base_actions, actions, strict=True):
+        _, mean, _ = policy.distribution({"policy": obs, "base_action": base_action})
+        torch.testing.assert_close(action, (base_action + 0.3 * mean[:, 0]).clamp(-1, 1))
+        assert (action - base_action).abs().max() > 1e-2  # the correction is not nothing
+    path = export(policy, tmp_path / "policy.onnx", "onnx")
+    assert json.loads(path.with_suffix(".json").read_text())["base"] == "policy_base.onnx"
+    deployed = ExportedPolicy(path)
+    for obs, action in zip(observations, actions, strict=True):  # env 1 runs without a restart
+        np.testing.assert_allclose(deployed(obs[1].numpy()), action[1].numpy(), atol=1e-5)

@@ -11,7 +11,7 @@ from policyforge.policies.encoders import EncoderConfig
 from policyforge.policies.export import export, max_export_error
 from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
-from policyforge.policies.residual import ResidualConfig, ResidualPolicy
+from policyforge.policies.residual import BASE_ACTION_KEY, ResidualConfig, ResidualPolicy
 
 OBS_DIM, ACTION_DIM, BATCH = 7, 3, 64
 CHUNK = ChunkConfig(n_obs_steps=2, horizon=4, act_steps=2)
@@ -53,6 +53,9 @@ POLICIES = {
     "meanflow_1": lambda: flow(variant="meanflow", steps=1),
     "residual_diffusion": lambda: ResidualPolicy(diffusion(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3)),
     "residual_flow": lambda: ResidualPolicy(flow(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3)),
+    "residual_per_step": lambda: ResidualPolicy(
+        diffusion(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3, per_step=True)
+    ),
     "flow_image": lambda: flow(image_shape=IMAGE_SHAPE, encoder=EncoderConfig(image_channels=8, image_features=16)),
 }
 
@@ -63,6 +66,8 @@ def observations(policy, batch: int = BATCH, seed: int = 0, fit_normalizer: bool
     for key, example in policy.example_obs(batch).items():
         if example.dtype == torch.uint8:
             obs[key] = torch.randint(0, 256, example.shape, generator=generator, dtype=torch.uint8)
+        elif key == BASE_ACTION_KEY:  # a per-step residual's base action, in [-1, 1]
+            obs[key] = torch.rand(example.shape, generator=generator) * 2 - 1
         else:
             obs[key] = 3.0 + 2.0 * torch.randn(example.shape, generator=generator)
     if fit_normalizer:
