@@ -7,11 +7,12 @@ budget and seeds. The fine-tuning methods start from the BC checkpoints of bench
 for DPPO, 10-step rectified flow for Flow-SDE, 4-step shortcut model for ReinFlow, residuals on the first two;
 trained here first when missing). Success is measured on `--eval-envs` deterministic episodes before training,
 every `--eval-every` env steps and at the end; "steps to 90%" is the first evaluation at ≥ 90% (mean over seeds
-of the seeds that got there; "-" when none did). Wall time is training time, evaluations excluded.
+of the seeds that got there; "-" when none did). Wall time is training time, evaluations excluded; with
+`--jobs 2` two runs share the machine's two cores, every method alike.
 
     python bench/finetune_table.py [--tasks arm-lift-cube] [--seeds 0 1 2] [--steps 153600]
                                    [--methods dppo reinflow ...] [--out bench/results/finetune]
-                                   [--set key=value ...]
+                                   [--jobs 2] [--set key=value ...]
 
 Prints a table and writes a plot; the last line is JSON {"task", "results": {method: {"before", "after",
 "wall_s", "steps_to_90"}}} for arm-lift-cube (or the first task).
@@ -21,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import statistics
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -138,6 +141,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=153_600, help="env-step budget per run (75 iterations)")
     parser.add_argument("--eval-every", type=int, default=20_480)
     parser.add_argument("--eval-envs", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (one core each; 2 fill this machine)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/finetune"))
     parser.add_argument(
         "--set",
@@ -151,12 +155,15 @@ def main() -> None:
     results: dict[str, dict[str, list[dict]]] = {}
     for task in args.tasks:
         ensure_bc_runs(task, args.methods)
-        for method in args.methods:
-            for seed in args.seeds:
-                run = run_one(task, method, seed, args)
-                results.setdefault(task, {}).setdefault(method, []).append(run)
-                console.print(f"{task} {method:20s} seed {seed}: {run['before']:.0%} -> {run['after']:.0%}  "
-                              f"({run['wall_s']:.0f} s)  curve {[f'{s:.0%}' for _, s, _ in run['curve']]}")  # fmt: skip
+    jobs = [(task, method, seed) for task in args.tasks for method in args.methods for seed in args.seeds]
+    columns = [[job[i] for job in jobs] for i in range(3)] + [[args] * len(jobs)]
+    pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) if args.jobs > 1 else None
+    for (task, method, seed), run in zip(jobs, (pool.map if pool else map)(run_one, *columns), strict=True):
+        results.setdefault(task, {}).setdefault(method, []).append(run)
+        console.print(f"{task} {method:20s} seed {seed}: {run['before']:.0%} -> {run['after']:.0%}  "
+                      f"({run['wall_s']:.0f} s)  curve {[f'{s:.0%}' for _, s, _ in run['curve']]}")  # fmt: skip
+    if pool:
+        pool.shutdown()
     summaries = {task: {m: aggregate(runs) for m, runs in methods.items()} for task, methods in results.items()}
     table = Table(title=f"RL fine-tuning on the sparse success reward: {args.steps} env steps, seeds {args.seeds}, "
                   f"{args.eval_envs} eval episodes (means over seeds)")  # fmt: skip

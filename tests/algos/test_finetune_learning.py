@@ -82,9 +82,11 @@ def test_fine_tuning_raises_a_weak_start(tmp_path, weak_starts, method):
     assert after["eval/return"] > before["eval/return"] + 1.5, (before, after)
 
 
-def test_residual_raises_a_weak_base(tmp_path):
+@pytest.mark.parametrize("per_step", [False, True])
+def test_residual_raises_a_weak_base(tmp_path, per_step):
     """ResiP on a weak base (a Gaussian PPO policy stopped early on arm-reach, ~10% success): PPO trains only
-    the residual, base + 0.5 · residual, and success rises."""
+    the residual, base + 0.5 · residual, and success rises — also with the base's actions fed in per step
+    (`rollout.BaseActionHistory`, the path per-step residuals on chunked bases take)."""
     quiet = {**QUIET, "total_env_steps": 12288}
     gaussian = {"policy_class": "gaussian", "policy": {"hidden": [64, 64], "init_std": 1.0}}
     settings = {"out_dir": str(tmp_path), "sim": {"task": "arm-reach", "num_envs": 16}, **gaussian}
@@ -98,7 +100,7 @@ def test_residual_raises_a_weak_base(tmp_path):
         "name": "residual",
         "init_policy": str(tmp_path / "base"),
         "policy_class": "residual",
-        "residual": {"base_class": "gaussian", "scale": 0.5, "hidden": [64, 64]},
+        "residual": {"base_class": "gaussian", "scale": 0.5, "hidden": [64, 64], "per_step": per_step},
         "ppo": {**ppo, "actor_lr": 3e-4, "critic_warmup_iterations": 2},
         "runner": {**QUIET, "total_env_steps": 49152},
     }
