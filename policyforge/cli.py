@@ -132,6 +132,8 @@ def _check_observations(policy, batch: int = 256) -> dict:
     """Observations spread like the training data (the normaliser's statistics) to check an export with."""
     import torch
 
+    from policyforge.policies.residual import BASE_ACTION_KEY
+
     generator = torch.Generator().manual_seed(0)
     obs = policy.example_obs(batch)
     state = obs[policy.obs_key]
@@ -141,8 +143,8 @@ def _check_observations(policy, batch: int = 256) -> dict:
     obs[policy.obs_key] = state
     if "image" in obs:
         obs["image"] = torch.randint(0, 256, obs["image"].shape, generator=generator, dtype=torch.uint8)
-    if "base_action" in obs:  # a per-step residual's input
-        obs["base_action"] = torch.rand(obs["base_action"].shape, generator=generator) * 2 - 1
+    if BASE_ACTION_KEY in obs:  # a per-step residual's input, in [-1, 1]
+        obs[BASE_ACTION_KEY] = torch.rand(obs[BASE_ACTION_KEY].shape, generator=generator) * 2 - 1
     return obs
 
 
