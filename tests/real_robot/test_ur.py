@@ -56,7 +56,7 @@ class GoalAdapter:
 
 def test_states_stream_exactly_what_the_controller_sends(ur_peer):
     with UR(URConfig(control=False)) as ur:
-        times = []
+        times, began = [], time.monotonic()
         for _ in range(20):
             state = ur.observe()
             assert time.monotonic() - state.stamp < 0.05  # fresh: a 500 Hz stream
@@ -66,7 +66,8 @@ def test_states_stream_exactly_what_the_controller_sends(ur_peer):
             np.testing.assert_allclose(state.ee_pos, tcp_pose(q)[:3], atol=1e-12)
             times.append(state.robot_time)
             time.sleep(0.01)
-        assert np.all(np.diff(times) > 0)  # the controller's clock advances between reads
+        # the controller's clock runs with ours (a loaded machine may stall its 2 ms tick for a read or two)
+        assert np.all(np.diff(times) >= 0) and times[-1] - times[0] > 0.5 * (time.monotonic() - began)
         with pytest.raises(RuntimeError, match="read-only"):
             ur.send(Command(position=np.zeros(6)))
 

@@ -272,7 +272,7 @@ def main() -> None:
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
-    controller.start()  # writes the first facts: every port listens by now
+    controller.start()  # every port listens by now; the first facts follow the first tick
     while not stopping.is_set():  # a timed wait, so the signal handlers get to run
         stopping.wait(0.5)
     rtde.close()

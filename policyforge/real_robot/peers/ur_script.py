@@ -120,8 +120,9 @@ class URController:
         self._thread = threading.Thread(target=self._run, name="ur-controller", daemon=True)
 
     def start(self) -> None:
+        """Start the clock; the first facts are written after its first tick, so a client that waits for them
+        finds a controller whose clock is running."""
         self._start = time.monotonic()
-        self._write_facts()
         self._thread.start()
 
     def close(self) -> None:
@@ -183,7 +184,7 @@ class URController:
                     self.tick += 1
                     self.state = self._snapshot()
             now = time.monotonic()
-            if now >= next_write:
+            if now >= next_write and self.tick > 0:
                 self._write_facts()
                 next_write = now + 0.1
             time.sleep(max(0.0, self._start + (self.tick + 1) * period - time.monotonic()))
