@@ -82,9 +82,13 @@ class FeetechBus:
         for servo in ids:
             self.reader.addParam(servo)
 
-    def ping(self, servo: int) -> bool:
-        _, result, _ = self.packets.ping(self.port, servo)
-        return result == self.scs.COMM_SUCCESS
+    def ping(self, servo: int, attempts: int = 3) -> bool:
+        """Whether `servo` answers; a late reply (a loaded host, a noisy bus) is retried before giving up."""
+        for _ in range(attempts):
+            _, result, _ = self.packets.ping(self.port, servo)
+            if result == self.scs.COMM_SUCCESS:
+                return True
+        return False
 
     def write_each(self, address: int, values: dict[int, int], size: int = 2) -> None:
         writer = self.scs.GroupSyncWrite(self.port, self.packets, address, size)

@@ -108,3 +108,11 @@ def test_a_missing_servo_is_named(bus_peer, calibrated, tmp_path):
         FeetechArm(FeetechConfig(port=bus_peer.port, calibration=moved)).connect()
     with pytest.raises(FileNotFoundError, match="record_calibration"):
         FeetechArm(FeetechConfig(port=bus_peer.port, calibration=tmp_path / "none.json"))
+
+
+def test_a_late_first_answer_is_retried_not_reported_missing(bus_peer, calibrated):
+    bus_peer.silence(0.04)  # the first ping's reply is lost (a glitch on the bus), the next is answered
+    arm = FeetechArm(FeetechConfig(port=bus_peer.port, calibration=calibrated))
+    arm.connect()
+    assert np.allclose(arm.observe().joint_pos, 0.0, atol=0.01)  # the centred pose
+    arm.disconnect()
