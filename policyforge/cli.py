@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from policyforge.config import ConfigError, load
+from policyforge.errors import UserError
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 DEMO_RECIPE = "arm-reach-ppo.yaml"
@@ -374,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     try:
         args.run(args, console)
-    except (ConfigError, FileExistsError, FileNotFoundError) as err:
+    except (UserError, FileExistsError, FileNotFoundError) as err:
         console.print(f"[red]error[/red] {err}")
         return 2
     return 0

@@ -21,10 +21,12 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from policyforge.errors import UserError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value is wrong; the message names its dotted path and what is allowed."""
 
     def __init__(self, path: str, message: str):
