@@ -1,18 +1,57 @@
-"""Atomic, resumable checkpoints: a run killed at any moment resumes from its last complete checkpoint."""
+"""Checkpoints that hold data, never code, and that a crash or a damaged byte cannot turn into a wrong resume.
+
+A checkpoint file (format `policyforge-checkpoint/2`) is `torch.save({"format", "sha256", "payload"})`: the payload
+is a uint8 tensor holding the bytes of `torch.save(state)`, and `state` holds tensors and plain Python data only
+(dict, list, tuple, str, int, float, bool, None; numpy arrays are stored as tensors and come back as numpy arrays).
+Both levels are read with `torch.load(weights_only=True)`, torch's restricted unpickler: a file that would import
+anything outside torch's default allowlist (as a pickle that runs code must) is refused, and nothing in it runs. The
+payload's sha256 is checked before it is unpickled, so a damaged file is reported, never loaded.
+
+`save` writes `step_<iteration>.pt`, then `latest.pt`, each atomically. `load` of a run directory tries latest.pt,
+then the numbered checkpoints newest first, skipping unusable ones with a warning naming each file and why. Files of
+the previous format (a plain `torch.save` of the state with numpy arrays, no checksum) still load, weights-only with
+numpy's array constructors allowlisted (torch's documented way), with a warning that damage to them goes unnoticed.
+"""
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import io
+import logging
+import pickle
 import random
 import re
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from policyforge.errors import UserError
 from policyforge.io import atomic_path
 
+FORMAT = "policyforge-checkpoint/2"
 LATEST = "latest.pt"
+_NUMPY = "__numpy__"
+"""Key of the dict that stands for a numpy array (or scalar) in a saved state: {_NUMPY: tensor, "scalar": bool}."""
+_PLAIN = (torch.Tensor, str, bytes, int, float, bool, type(None), torch.dtype, torch.device)
+_LEGACY_NUMPY = [
+    np._core.multiarray._reconstruct,
+    np.ndarray,
+    np.dtype,
+    *{type(np.dtype(code)) for code in "?bBhHiIlLqQefdFD"},
+]
+"""What a previous-format checkpoint's numpy arrays need beyond torch's default allowlist: numpy's array and dtype
+constructors (torch does not allowlist them by default, as it does not control numpy's code; they build data only)."""
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(UserError):
+    """A checkpoint is missing, damaged, unsafe, or not a policyforge checkpoint; the message names the file."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -26,32 +65,194 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
 
 
-def save(directory: Path, payload: dict[str, Any], iteration: int, keep: int) -> Path:
+def save(directory: Path, state: dict[str, Any], iteration: int, keep: int) -> Path:
     """Write `step_<iteration>.pt` and `latest.pt` atomically (a crash leaves the previous ones intact),
     then delete all but the newest `keep` numbered checkpoints."""
     directory.mkdir(parents=True, exist_ok=True)
+    data = encode(state)
     path = directory / f"step_{iteration:08d}.pt"
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-    with atomic_path(directory / LATEST) as tmp:
-        torch.save(payload, tmp)
-    for old in sorted(directory.glob("step_*.pt"))[:-keep]:
+    for target in (path, directory / LATEST):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(data)
+    for old in _numbered(directory)[keep:]:
         old.unlink()
     return path
 
 
+def encode(state: dict[str, Any]) -> bytes:
+    """The bytes of a checkpoint file holding `state` (tensors, plain data and numpy arrays only)."""
+    inner = io.BytesIO()
+    torch.save(_rebuild(state, _to_plain), inner)
+    payload = inner.getbuffer()
+    container = {
+        "format": FORMAT,
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "payload": torch.frombuffer(payload, dtype=torch.uint8),
+    }
+    outer = io.BytesIO()
+    torch.save(container, outer)
+    return outer.getvalue()
+
+
 def load(path: Path) -> dict[str, Any]:
-    """Load a checkpoint file, or the latest one of a run or checkpoint directory."""
+    """The state in a checkpoint file, or in the newest intact checkpoint of a run or checkpoint directory."""
+    return newest(path)[1]
+
+
+def newest(path: Path) -> tuple[Path, dict[str, Any]]:
+    """(file, state) of a checkpoint file, or of the newest intact checkpoint of a run or checkpoint directory:
+    latest.pt, else the numbered checkpoints newest first; each unusable one is skipped with a warning."""
     path = Path(path)
-    if path.is_dir():
-        candidates = [path / LATEST, path / "checkpoints" / LATEST]
-        found = next((c for c in candidates if c.exists()), None)
-        if found is None:
-            raise FileNotFoundError(f"no checkpoint in {path}: expected checkpoints/{LATEST} (was the run started?)")
-        path = found
-    return torch.load(path, map_location="cpu", weights_only=False)
+    if not path.is_dir():
+        return path, read(path)
+    directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    candidates = [directory / LATEST, *_numbered(directory)]
+    if not any(candidate.is_file() for candidate in candidates):
+        raise CheckpointError(f"no checkpoint in {path}: expected checkpoints/{LATEST} (was the run started?)")
+    problems = []
+    for candidate in candidates:
+        try:
+            state = read(candidate)
+        except CheckpointError as err:
+            log.warning("%s; trying an older checkpoint", err)
+            problems.append(str(err))
+            continue
+        if problems:
+            log.warning("loaded %s, the newest intact checkpoint of %s", candidate, path)
+        return candidate, state
+    raise CheckpointError(f"no intact checkpoint in {path}:\n  " + "\n  ".join(problems))
+
+
+def read(path: Path) -> dict[str, Any]:
+    """The state in one checkpoint file; CheckpointError if it is missing, damaged, unsafe or not a checkpoint."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing") from None
+    except OSError as err:
+        raise CheckpointError(f"{path} cannot be read: {err.strerror or err}") from None
+    if not data:
+        raise CheckpointError(f"{path} is empty (a write that never finished, or a full disk)")
+    container, needed_numpy = _unpickle(path, data)
+    if needed_numpy or not isinstance(container, dict) or "format" not in container:
+        _check_state(path, container)
+        log.warning(
+            "%s is a checkpoint of the previous format, without a checksum: damage to it cannot be detected "
+            "(resuming the run writes checkpoints of the current format)",
+            path,
+        )
+        return container
+    if container["format"] != FORMAT:
+        raise CheckpointError(f"{path} has format {container['format']!r}; this policyforge reads {FORMAT}")
+    payload, expected = container.get("payload"), container.get("sha256")
+    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8 or not isinstance(expected, str):
+        raise CheckpointError(f"{path} is not a policyforge checkpoint (its {FORMAT} header is malformed)")
+    actual = hashlib.sha256(payload.numpy()).hexdigest()
+    if actual != expected:
+        raise CheckpointError(
+            f"{path} is damaged: its contents hash to sha256 {actual[:16]}…, not the {expected[:16]}… they were "
+            "written with (the file changed after it was saved)"
+        )
+    state, _ = _unpickle(path, payload.numpy().tobytes(), allow_numpy=False)
+    _check_state(path, state)
+    return _rebuild(state, _from_plain)
 
 
 def iteration_of(path: Path) -> int:
     match = re.search(r"step_(\d+)\.pt$", str(path))
     return int(match.group(1)) if match else -1
+
+
+def _numbered(directory: Path) -> list[Path]:
+    """The numbered checkpoints of a directory, newest first."""
+    return sorted(directory.glob("step_*.pt"), key=iteration_of, reverse=True)
+
+
+def _unpickle(path: Path, data: bytes, allow_numpy: bool = True) -> tuple[Any, bool]:
+    """torch.load(weights_only=True) of `data`; then, if numpy objects stopped it and `allow_numpy`, again with
+    numpy's array constructors allowed (the previous format). Returns (object, whether numpy was needed)."""
+    try:
+        return _weights_only_load(path, data), False
+    except pickle.UnpicklingError as err:
+        refused = err
+    if allow_numpy and "numpy" in str(refused):
+        try:
+            with torch.serialization.safe_globals(_LEGACY_NUMPY):
+                return _weights_only_load(path, data), True
+        except pickle.UnpicklingError as err:
+            refused = err
+    reason = str(refused)
+    needed = re.search(r"GLOBAL (\S+)", reason) or re.search(r"but got <class '([^']+)'>", reason)
+    detail = re.search(r"WeightsUnpickler error:\s*(.+)", reason)
+    why = f"loading it would need `{needed[1]}`, which checkpoints never hold" if needed else "its pickle"
+    if not needed:
+        why += f" is not the restricted kind checkpoints are ({detail[1] if detail else 'refused'})"
+    raise CheckpointError(
+        f"{path} is not a policyforge checkpoint, or is unsafe: {why}. It was refused and nothing in it ran; do not "
+        "open it with other tools unless you trust its source"
+    ) from None
+
+
+def _weights_only_load(path: Path, data: bytes) -> Any:
+    """torch.load(weights_only=True); pickle.UnpicklingError when its restricted unpickler refuses the data."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. "Detected pickle protocol 4": the refusal says enough
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise
+    except Exception as err:  # torch's zip reader, pickle and storage code raise many types on damaged bytes
+        text = str(err).strip().splitlines()
+        raise CheckpointError(
+            f"{path} is damaged or not a checkpoint ({type(err).__name__}: {text[0] if text else ''})"
+        ) from None
+
+
+def _check_state(path: Path, state: Any) -> None:
+    if not isinstance(state, dict) or not isinstance(state.get("algo"), dict):
+        raise CheckpointError(f"{path} is not a policyforge checkpoint (it holds no training state)")
+
+
+_DESCEND = object()
+
+
+def _rebuild(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """`value` with `convert` applied top-down (it returns a replacement, or _DESCEND to look inside a container);
+    containers are copied only where something inside them changed (keeping e.g. a state dict's `_metadata`)."""
+    new = convert(value)
+    if new is not _DESCEND:
+        return new
+    if isinstance(value, dict):
+        items = {key: _rebuild(item, convert) for key, item in value.items()}
+        if all(items[key] is value[key] for key in value):
+            return value
+        rebuilt = copy.copy(value)
+        rebuilt.update(items)
+        return rebuilt
+    items = [_rebuild(item, convert) for item in value]
+    if all(new is old for new, old in zip(items, value, strict=True)):
+        return value
+    return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"a checkpoint cannot hold a numpy array of dtype {array.dtype}")
+        native = np.array(array, dtype=array.dtype.newbyteorder("="), order="C", copy=True)
+        native = native.view(np.dtype(native.dtype.str))  # e.g. ulonglong → uint64, which torch knows
+        return {_NUMPY: torch.from_numpy(native), "scalar": isinstance(value, np.generic)}
+    if isinstance(value, dict | list | tuple):
+        return _DESCEND
+    if not isinstance(value, _PLAIN):
+        raise TypeError(f"a checkpoint holds tensors and plain data only, not {type(value).__name__}")
+    return value
+
+
+def _from_plain(value: Any) -> Any:
+    if isinstance(value, dict) and value.keys() == {_NUMPY, "scalar"}:
+        array = value[_NUMPY].numpy()
+        return array[()] if value["scalar"] else array
+    return _DESCEND if isinstance(value, dict | list | tuple) else value

@@ -1,8 +1,15 @@
-"""Metrics of a run: one JSON line per log point (plots read it), TensorBoard scalars, and a terminal display."""
+"""Metrics of a run: one JSON line per log point (plots read it), TensorBoard scalars, and a terminal display.
+
+metrics.jsonl is only ever appended to while a run trains. Starting or resuming a run rewrites it, atomically (a
+failed write leaves the old file whole), and only when it must: to drop the records after the step the run resumes
+from, blank lines, and a torn last line (a write cut short by a kill or a full disk). Readers skip blank lines and a
+torn last line; any other line that is not a JSON record is an error naming the line.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -10,19 +17,27 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from policyforge.errors import UserError
+from policyforge.io import atomic_path
+
 METRICS_FILE = "metrics.jsonl"
+
+log = logging.getLogger(__name__)
+
+
+class MetricsError(UserError):
+    """A line of metrics.jsonl other than the last is not a JSON record."""
 
 
 class MetricsLogger:
-    """Appends metrics to `metrics.jsonl` and TensorBoard; on resume, drops what came after the checkpoint."""
+    """Appends metrics to `metrics.jsonl` and TensorBoard; a resumed run drops what came after its checkpoint,
+    a new one starts the file afresh."""
 
     def __init__(
         self, run_dir: Path, resume_step: int | None = None, tensorboard: bool = True, step_key: str = "env_steps"
     ):
         self.path, self.step_key = run_dir / METRICS_FILE, step_key
-        if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)[step_key] <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+        _keep_until(self.path, resume_step or 0, step_key)
         self._file = self.path.open("a")
         self._writer = None
         if tensorboard:
@@ -46,8 +61,43 @@ class MetricsLogger:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of a run's metrics.jsonl (none if it has none)."""
     path = Path(run_dir) / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [record for _, record in _parse(path, path.read_text(errors="replace"))] if path.exists() else []
+
+
+def _parse(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """(line, record) for each record of a metrics file's text, skipping blank lines and a torn last line."""
+    lines = text.split("\n")
+    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
+    records = []
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            records.append((line, record))
+        elif number == last:
+            log.warning("%s: ignoring its torn last line %r (a write that did not finish)", path, line[:60])
+        else:
+            raise MetricsError(
+                f"{path}, line {number + 1}, is not a JSON record ({line[:60]!r}): fix or delete that line"
+            )
+    return records
+
+
+def _keep_until(path: Path, step: int, step_key: str) -> None:
+    """Rewrite `path` atomically with only its records up to `step` if it holds anything else."""
+    if not path.exists():
+        return
+    old = path.read_text(errors="replace")
+    new = "".join(line + "\n" for line, record in _parse(path, old) if record.get(step_key, 0) <= step)
+    if new != old:
+        with atomic_path(path) as tmp:
+            tmp.write_text(new)
 
 
 class ProgressDisplay:

@@ -1,9 +1,11 @@
 """The training runner: rollout → update iterations, logging, evaluation with videos, atomic checkpoints,
-exact resumption, plots. `policyforge train` and `policyforge demo` drive it."""
+exact resumption (from the newest intact checkpoint), plots; one process trains a run at a time (a run lock).
+`policyforge train` and `policyforge demo` drive it."""
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import random
 import time
@@ -19,12 +21,15 @@ from policyforge.algos import checkpoint
 from policyforge.algos.base import Algorithm, StepCallback
 from policyforge.algos.bc import BC, BCConfig, demo_windows, load_demonstrations
 from policyforge.algos.evaluate import evaluate
+from policyforge.algos.init_policy import load_initial_policy
 from policyforge.algos.logger import MetricsLogger, ProgressDisplay
 from policyforge.algos.plots import plot_learning_curves
 from policyforge.algos.ppo import PPO, PPOConfig
+from policyforge.algos.run_lock import RunLock
 from policyforge.algos.sac import SAC, SACConfig
 from policyforge.config import check
-from policyforge.io import write_json
+from policyforge.errors import UserError
+from policyforge.io import atomic_path, write_json
 from policyforge.policies.base import Policy
 from policyforge.policies.chunked import IMAGE_KEY
 from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
@@ -171,11 +176,28 @@ def build(config: RunConfig, env: VecEnv) -> Algorithm:
     return PPO(policy, critic_dim, env.num_envs, config.ppo, iterations)
 
 
-class Runner:
-    """Owns one run directory: trains, evaluates, checkpoints, resumes."""
+class RunFinishedError(UserError):
+    """A resumed run has already trained its full length."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, console: Console | None = None):
+
+class RunWriteError(UserError):
+    """The disk is full or a file-size limit was reached while training."""
+
+
+class Runner:
+    """Owns one run directory: trains, evaluates, checkpoints, resumes. It holds the run's lock from construction
+    until `train` returns or `close`."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, console: Console | None = None, lock: RunLock | None = None):
         self.config, self.run_dir = config, Path(run_dir)
+        self._lock = lock or RunLock(self.run_dir)
+        try:
+            self._build(config, console)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _build(self, config: RunConfig, console: Console | None) -> None:
         self.console = console or Console()
         torch.set_num_threads(config.runner.torch_threads)
         _seed_everything(config.seed)
@@ -190,13 +212,15 @@ class Runner:
         self.obs = self.env.reset(seed=config.seed)
         self.algo = build(config, self.env)
         if config.init_policy:
-            _load_initial_policy(self.algo.policy, config.init_policy)
+            load_initial_policy(self.algo.policy, config.init_policy)
         self.iteration, self.env_steps, self.wall_time = 0, 0, 0.0
         """env_steps counts the algorithm's step unit: environment steps, or gradient steps for behaviour cloning."""
         self._episodes: dict[str, list[float]] = {"return": [], "success": [], "length": []}
         self.step_hooks: list[StepCallback] = []
         """Extra callables given every training step's `info` (benchmarks use them to time episodes)."""
         self._resumed_from: int | None = None
+        self._finished = False
+        """Whether the checkpoint resumed from was written after the run's final evaluation."""
 
     @classmethod
     def start(cls, config: RunConfig, console: Console | None = None) -> Runner:
@@ -213,82 +237,121 @@ class Runner:
 
     @classmethod
     def resume(cls, run_dir: Path, console: Console | None = None, overrides: list[str] | None = None) -> Runner:
-        """Continue a run from its latest checkpoint, exactly where it stopped. `runner.*` overrides (a longer
-        run, other evaluation settings) are allowed; anything else would change what is being resumed."""
+        """Continue a run from its newest intact checkpoint, exactly where it stopped. `runner.*` overrides (a
+        longer run, other evaluation settings) are allowed; anything else would change what is being resumed."""
         run_dir = Path(run_dir)
         overrides = overrides or []
         for item in overrides:
             if not item.startswith("runner."):
                 raise config_io.ConfigError(item.split("=")[0], "a resumed run accepts only runner.* overrides")
-        config = config_io.load(RunConfig, run_dir / CONFIG_FILE, overrides)
-        if overrides:
-            config_io.save(config, run_dir / CONFIG_FILE)
-        state = checkpoint.load(run_dir)
-        runner = cls(config, run_dir, console)
-        runner.algo.load_state_dict(state["algo"])
-        runner.iteration, runner.env_steps, runner.wall_time = (
-            state["iteration"],
-            state["env_steps"],
-            state["wall_time"],
-        )
-        if state["env"] is not None:
-            runner.env.set_state(state["env"])
-            runner.obs = state["obs"]
-        else:  # a backend without snapshots restarts its episodes
-            runner.obs = runner.env.reset(seed=config.seed + runner.iteration)
-        checkpoint.set_rng_state(state["rng"])
-        runner._resumed_from = runner.env_steps
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise config_io.ConfigError("--resume", f"{run_dir} is not a run directory (it has no {CONFIG_FILE})")
+        lock = RunLock(run_dir)
+        try:
+            config = config_io.load(RunConfig, run_dir / CONFIG_FILE, overrides)
+            state = checkpoint.load(run_dir)
+            if overrides:
+                with atomic_path(run_dir / CONFIG_FILE) as tmp:
+                    config_io.save(config, tmp)
+            runner = cls(config, run_dir, console, lock)
+        except BaseException:
+            lock.release()
+            raise
+        try:
+            runner._restore(state)
+        except BaseException:
+            runner.close()
+            raise
         return runner
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.algo.load_state_dict(state["algo"])
+        self.iteration, self.env_steps, self.wall_time = state["iteration"], state["env_steps"], state["wall_time"]
+        if state["env"] is not None:
+            self.env.set_state(state["env"])
+            self.obs = state["obs"]
+        else:  # a backend without snapshots restarts its episodes
+            self.obs = self.env.reset(seed=self.config.seed + self.iteration)
+        checkpoint.set_rng_state(state["rng"])
+        self._resumed_from = self.env_steps
+        self._finished = state.get("finished", False)  # previous-format checkpoints: evaluate again
 
     # -- training ----------------------------------------------------------------------------------------
 
     def train(self) -> dict[str, Any]:
-        cfg = self.config.runner
-        total = self.algo.total_steps(cfg.total_env_steps)
-        logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard, self.algo.step_unit)
-        display = ProgressDisplay(self.console, total, self.env_steps)
-        next_eval = self._next_multiple(cfg.eval_every_steps)
+        """Train to the run's length, evaluate, then write the plot, summary.json and the final checkpoint (in that
+        order: a run whose final checkpoint exists is complete). Releases the run's lock."""
         try:
-            while self.env_steps < total:
-                start = time.perf_counter()
-                self.obs, metrics = self.algo.iterate(self.env, self.obs, self._record_episodes)
-                elapsed = time.perf_counter() - start
-                self.wall_time += elapsed
-                self.iteration += 1
-                self.env_steps += self.algo.steps_per_iteration(self.env)
-                metrics.update(self._episode_metrics())
-                metrics.update(
-                    {"perf/sps": self.algo.steps_per_iteration(self.env) / elapsed, "perf/wall_s": self.wall_time}
-                )
-                if self.iteration == 1:
-                    metrics["perf/compile_s"] = self.compile_seconds
-                if next_eval and self.env_steps >= next_eval:
-                    metrics.update(self.evaluate(video=cfg.video == "every_eval"))
-                    next_eval = self._next_multiple(cfg.eval_every_steps)
-                logger.log(self.env_steps, metrics)
-                display.update(
-                    self.env_steps, metrics["perf/sps"], metrics.get("train/return"), metrics.get("train/success")
-                )
-                if self.iteration % cfg.checkpoint_every == 0:
-                    self.save_checkpoint()
-            final = self.evaluate(video=cfg.video != "none")
-            logger.log(self.env_steps, {**final, "perf/wall_s": self.wall_time})
-            self.save_checkpoint()
+            cfg = self.config.runner
+            total = self.algo.total_steps(cfg.total_env_steps)
+            if self._finished and self.env_steps >= total:
+                raise RunFinishedError(self._finished_message(total))
+            logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard, self.algo.step_unit)
+            display = ProgressDisplay(self.console, total, self.env_steps)
+            try:
+                self._train_until(total, logger, display)
+                final = self.evaluate(video=cfg.video != "none")
+                logger.log(self.env_steps, {**final, "perf/wall_s": self.wall_time})
+            finally:
+                display.close()
+                logger.close()
+            plot = plot_learning_curves(self.run_dir, f"{self.config.sim.task} · {self.config.algo}")
+            summary = {
+                self.algo.step_unit: self.env_steps,
+                "iterations": self.iteration,
+                "wall_s": round(self.wall_time, 1),
+                "compile_s": round(self.compile_seconds, 1),
+                **final,
+                "plot": str(plot),
+                "checkpoint": str(self.run_dir / "checkpoints" / checkpoint.LATEST),
+            }
+            write_json(self.run_dir / "summary.json", summary)
+            self.save_checkpoint(finished=True)
+            return summary
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                raise
+            raise RunWriteError(
+                f"writing to {self.run_dir} failed ({err.strerror}); its files up to its last checkpoint are intact: "
+                f"free space (or lift the file-size limit), then policyforge train --resume {self.run_dir}"
+            ) from err
         finally:
-            display.close()
-            logger.close()
-        plot = plot_learning_curves(self.run_dir, f"{self.config.sim.task} · {self.config.algo}")
-        summary = {
-            self.algo.step_unit: self.env_steps,
-            "iterations": self.iteration,
-            "wall_s": round(self.wall_time, 1),
-            "compile_s": round(self.compile_seconds, 1),
-            **final,
-            "plot": str(plot),
-            "checkpoint": str(self.run_dir / "checkpoints" / checkpoint.LATEST),
-        }
-        write_json(self.run_dir / "summary.json", summary)
-        return summary
+            self._lock.release()
+
+    def _train_until(self, total: int, logger: MetricsLogger, display: ProgressDisplay) -> None:
+        cfg = self.config.runner
+        next_eval = self._next_multiple(cfg.eval_every_steps)
+        while self.env_steps < total:
+            start = time.perf_counter()
+            self.obs, metrics = self.algo.iterate(self.env, self.obs, self._record_episodes)
+            elapsed = time.perf_counter() - start
+            self.wall_time += elapsed
+            self.iteration += 1
+            self.env_steps += self.algo.steps_per_iteration(self.env)
+            metrics.update(self._episode_metrics())
+            metrics.update(
+                {"perf/sps": self.algo.steps_per_iteration(self.env) / elapsed, "perf/wall_s": self.wall_time}
+            )
+            if self.iteration == 1:
+                metrics["perf/compile_s"] = self.compile_seconds
+            if next_eval and self.env_steps >= next_eval:
+                metrics.update(self.evaluate(video=cfg.video == "every_eval"))
+                next_eval = self._next_multiple(cfg.eval_every_steps)
+            logger.log(self.env_steps, metrics)
+            display.update(
+                self.env_steps, metrics["perf/sps"], metrics.get("train/return"), metrics.get("train/success")
+            )
+            if self.iteration % cfg.checkpoint_every == 0:
+                self.save_checkpoint()
+
+    def _finished_message(self, total: int) -> str:
+        bc = self.algo.step_unit == "gradient_steps"
+        longer = f"policyforge train --resume {self.run_dir} runner.total_env_steps=N (N > {total:,})"
+        if bc:  # its length is not a runner.* setting
+            longer = f"start a new run with init_policy={self.run_dir} and a larger bc.gradient_steps"
+        length = "bc.gradient_steps" if bc else "runner.total_env_steps"
+        done = f"{self.run_dir} has finished ({length}={total:,}, evaluated)"
+        return f"{done}; its files are unchanged. To train longer: {longer}"
 
     def evaluate(self, video: bool = False) -> dict[str, float]:
         """Deterministic evaluation on a fresh env set (seeded, so results depend on the policy only)."""
@@ -301,8 +364,10 @@ class Runner:
         finally:
             env.close()
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, finished: bool = False) -> Path:
+        """Checkpoint the run; `finished`: after its final evaluation (a resume then has nothing to do)."""
         payload = {
+            "finished": finished,
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "wall_time": self.wall_time,
@@ -318,6 +383,7 @@ class Runner:
 
     def close(self) -> None:
         self.env.close()
+        self._lock.release()
 
     # -- internals ---------------------------------------------------------------------------------------
 
@@ -354,38 +420,6 @@ def load_run(
     policy = build_policy(config, env)
     policy.load_state_dict(checkpoint.load(Path(checkpoint_file) if checkpoint_file else run_dir)["algo"]["policy"])
     return config, policy.eval(), env
-
-
-_RL_ONLY = ("noise_net.",)
-"""Modules only RL uses (ReinFlow's noise network): a pre-trained policy may have one or not."""
-
-
-def _load_initial_policy(policy: Policy, source: str) -> None:
-    """Load init_policy's weights: the whole policy, or a residual policy's base from a run of the base."""
-    path = Path(source)
-    if not path.exists():
-        raise config_io.ConfigError("init_policy", f"{path} does not exist; give a run directory or a checkpoint file")
-    weights = checkpoint.load(path)["algo"]["policy"]
-    whole = not isinstance(policy, ResidualPolicy) or any(key.startswith("base.") for key in weights)
-    target = policy if whole else policy.base
-    frozen_steps = getattr(target, "frozen_steps", 0)
-    if frozen_steps:  # load the full network, then freeze a copy of *these* weights for the early steps
-        target.freeze_early_steps(0)
-    own = target.state_dict()
-    weights = {k: v for k, v in weights.items() if k in own or not k.startswith(_RL_ONLY)}
-    try:
-        missing, unexpected = target.load_state_dict(weights, strict=False)
-        mismatched = [k for k in missing if not k.startswith(_RL_ONLY)] + unexpected
-        if mismatched:
-            raise RuntimeError(f"keys {mismatched[:4]}")
-    except RuntimeError as err:
-        raise config_io.ConfigError(
-            "init_policy",
-            f"{path} holds a different architecture than this config describes ({err}); copy the policy "
-            "section of the run you start from",
-        ) from err
-    if frozen_steps:
-        target.freeze_early_steps(frozen_steps)
 
 
 def _seed_everything(seed: int) -> None:

@@ -68,7 +68,11 @@ def resolve_policy(source: Path) -> Path:
         raise FileNotFoundError(f"{source} is neither an exported policy (.onnx/.pt) nor a run directory")
     exported = source / "export" / "policy.onnx"
     if not exported.is_file():
-        subprocess.run([sys.executable, "-m", "policyforge.cli", "export", str(source), "--format", "onnx"], check=True)
+        command = [sys.executable, "-m", "policyforge.cli", "export", str(source), "--format", "onnx"]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:  # the export's own message (e.g. an unusable checkpoint) says why
+            raise ConfigError("source", f"exporting {source} failed: {(done.stdout + done.stderr).strip()}")
+        sys.stdout.write(done.stdout)
     return exported
 
 

@@ -9,6 +9,7 @@ import torch
 from rich.console import Console
 
 import policyforge.algos.ppo as ppo_module
+from policyforge.algos import checkpoint
 from policyforge.algos.gae import group_relative_advantages
 from policyforge.algos.ppo import PPO, denoising_schedules
 from policyforge.algos.ppo_config import PPOConfig
@@ -157,7 +158,7 @@ def test_per_step_residual_resumes_exactly(tmp_path):
     resumed = Runner.resume(runs["split"], Console(quiet=True), ["runner.total_env_steps=560"])
     assert resumed.algo.history.base.cursor.tolist() != [2] * 8  # 7-step rollouts stop inside 2-action chunks
     resumed.train()
-    whole, split = (torch.load(runs[n] / "checkpoints" / "latest.pt", weights_only=False)["algo"] for n in runs)
+    whole, split = (checkpoint.read(runs[n] / "checkpoints" / "latest.pt")["algo"] for n in runs)
     for name, value in whole["policy"].items():
         assert torch.equal(value, split["policy"][name]), name
 

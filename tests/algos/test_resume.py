@@ -10,13 +10,15 @@ from pathlib import Path
 
 import torch
 
+from policyforge.algos import checkpoint
+
 TRAIN = [sys.executable, "-m", "policyforge.cli", "train", "configs/pendulum-swingup-ppo.yaml"]
 SMALL = ["sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2", "runner.total_env_steps=3072",
          "runner.checkpoint_every=3", "runner.eval_envs=2", "runner.video=none"]  # fmt: skip
 
 
 def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(run_dir / "checkpoints" / "latest.pt", weights_only=False)
+    state = checkpoint.read(run_dir / "checkpoints" / "latest.pt")
     return {**state["algo"]["policy"], **{f"critic.{k}": v for k, v in state["algo"]["critic"].items()}}
 
 
@@ -34,7 +36,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     assert killed.poll() is None, "the run ended before it could be killed"
     killed.send_signal(signal.SIGKILL)
     killed.wait()
-    left = torch.load(checkpoints / "latest.pt", weights_only=False)
+    left = checkpoint.read(checkpoints / "latest.pt")
     assert 6 <= left["iteration"] < 24, "killed in the middle of the run"
 
     subprocess.run([*TRAIN[:-1], "--resume", str(tmp_path / "killed")], check=True, env=env, capture_output=True)
