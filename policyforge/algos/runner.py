@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import math
 import random
 import time
 from pathlib import Path
@@ -18,24 +17,24 @@ from rich.console import Console
 
 from policyforge import config as config_io
 from policyforge.algos import checkpoint
-from policyforge.algos.base import Algorithm, StepCallback
-from policyforge.algos.bc import BC, BCConfig, demo_windows, load_demonstrations
+from policyforge.algos.base import StepCallback
+from policyforge.algos.bc import BCConfig
+from policyforge.algos.build import build, build_policy
 from policyforge.algos.evaluate import evaluate
 from policyforge.algos.init_policy import load_initial_policy
 from policyforge.algos.logger import MetricsLogger, ProgressDisplay
 from policyforge.algos.plots import plot_learning_curves
-from policyforge.algos.ppo import PPO, PPOConfig
+from policyforge.algos.ppo import PPOConfig
 from policyforge.algos.run_lock import RunLock
-from policyforge.algos.sac import SAC, SACConfig
+from policyforge.algos.sac import SACConfig
 from policyforge.config import check
 from policyforge.errors import UserError
 from policyforge.io import atomic_path, write_json
 from policyforge.policies.base import Policy
-from policyforge.policies.chunked import IMAGE_KEY
-from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
-from policyforge.policies.flow import FlowConfig, FlowPolicy
-from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
-from policyforge.policies.residual import ResidualConfig, ResidualPolicy
+from policyforge.policies.diffusion import DiffusionConfig
+from policyforge.policies.flow import FlowConfig
+from policyforge.policies.gaussian import GaussianConfig
+from policyforge.policies.residual import ResidualConfig
 from policyforge.sims import SimConfig, make_env
 from policyforge.sims.vec_env import VecEnv
 
@@ -133,47 +132,6 @@ class RunConfig:
     def run_dir(self) -> Path:
         task = self.sim.task.replace(":", "-").replace("/", "-")
         return Path(self.out_dir) / (self.name or f"{task}-{self.algo}")
-
-
-def build_policy(config: RunConfig, env: VecEnv, policy_class: str | None = None) -> Policy:
-    """The policy a config describes (of `policy_class`, default config.policy_class), for an env."""
-    state_dim, image_shape = env.obs_shapes["policy"][0], env.obs_shapes.get(IMAGE_KEY)
-    policy_class = policy_class or config.policy_class
-    if policy_class == "residual":
-        base = build_policy(config, env, config.residual.base_class)
-        return ResidualPolicy(base, state_dim, config.residual)
-    if policy_class in ("diffusion", "flow"):
-        chunked = DiffusionPolicy if policy_class == "diffusion" else FlowPolicy
-        policy = chunked(state_dim, env.action_dim, getattr(config, policy_class), image_shape=image_shape)
-        trainable = config.ppo.trainable_steps
-        if config.algo == "ppo" and trainable is not None and config.policy_class != "residual":
-            check(
-                trainable <= policy.steps,
-                "ppo.trainable_steps",
-                f"must be ≤ the policy's {policy.steps} sampling steps, got {trainable}",
-            )
-            policy.freeze_early_steps(policy.steps - trainable)
-        return policy
-    if image_shape is not None:
-        raise config_io.ConfigError(
-            "sim.image.cameras", "the Gaussian policy reads states only: use policy_class diffusion or flow"
-        )
-    return GaussianPolicy(state_dim, env.action_dim, config.policy)
-
-
-def build(config: RunConfig, env: VecEnv) -> Algorithm:
-    """The policy and algorithm a config describes, for an env."""
-    policy = build_policy(config, env)
-    if config.algo == "bc":
-        cameras = config.sim.image.cameras
-        demos = load_demonstrations(config.bc, config.sim.task, env, cameras)
-        return BC(policy, demo_windows(policy, demos, config.bc, cameras), config.bc)
-    if config.algo == "sac":
-        return SAC(policy, env.obs_shapes, config.sac)
-    steps_per_iteration = env.num_envs * config.ppo.rollout_steps * getattr(policy, "act_steps", 1)
-    iterations = math.ceil(config.runner.total_env_steps / steps_per_iteration)
-    critic_dim = env.obs_shapes[config.ppo.critic_obs_key][0]
-    return PPO(policy, critic_dim, env.num_envs, config.ppo, iterations)
 
 
 class RunFinishedError(UserError):
