@@ -177,8 +177,6 @@ class Runner:
         self.step_hooks: list[StepCallback] = []
         """Extra callables given every training step's `info` (benchmarks use them to time episodes)."""
         self._resumed_from: int | None = None
-        self._finished = False
-        """Whether the checkpoint resumed from was written after the run's final evaluation."""
 
     @classmethod
     def start(cls, config: RunConfig, console: Console | None = None) -> Runner:
@@ -196,7 +194,8 @@ class Runner:
     @classmethod
     def resume(cls, run_dir: Path, console: Console | None = None, overrides: list[str] | None = None) -> Runner:
         """Continue a run from its newest intact checkpoint, exactly where it stopped. `runner.*` overrides (a
-        longer run, other evaluation settings) are allowed; anything else would change what is being resumed."""
+        longer run, other evaluation settings) are allowed; anything else would change what is being resumed.
+        RunFinishedError, changing nothing, if the run has trained its full length and been evaluated."""
         run_dir = Path(run_dir)
         overrides = overrides or []
         for item in overrides:
@@ -208,15 +207,18 @@ class Runner:
         try:
             config = config_io.load(RunConfig, run_dir / CONFIG_FILE, overrides)
             state = checkpoint.load(run_dir)
-            if overrides:
-                with atomic_path(run_dir / CONFIG_FILE) as tmp:
-                    config_io.save(config, tmp)
             runner = cls(config, run_dir, console, lock)
         except BaseException:
             lock.release()
             raise
         try:
             runner._restore(state)
+            total = runner.algo.total_steps(config.runner.total_env_steps)
+            if state.get("finished", False) and runner.env_steps >= total:  # previous format: evaluate again
+                raise RunFinishedError(runner._finished_message(total))
+            if overrides:
+                with atomic_path(run_dir / CONFIG_FILE) as tmp:
+                    config_io.save(config, tmp)
         except BaseException:
             runner.close()
             raise
@@ -232,7 +234,6 @@ class Runner:
             self.obs = self.env.reset(seed=self.config.seed + self.iteration)
         checkpoint.set_rng_state(state["rng"])
         self._resumed_from = self.env_steps
-        self._finished = state.get("finished", False)  # previous-format checkpoints: evaluate again
 
     # -- training ----------------------------------------------------------------------------------------
 
@@ -242,8 +243,6 @@ class Runner:
         try:
             cfg = self.config.runner
             total = self.algo.total_steps(cfg.total_env_steps)
-            if self._finished and self.env_steps >= total:
-                raise RunFinishedError(self._finished_message(total))
             logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard, self.algo.step_unit)
             display = ProgressDisplay(self.console, total, self.env_steps)
             try:
