@@ -22,6 +22,7 @@ import logging
 import pickle
 import random
 import re
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -68,19 +69,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save(directory: Path, state: dict[str, Any], iteration: int, keep: int) -> Path:
     """Write `step_<iteration>.pt` and `latest.pt` atomically (a crash leaves the previous ones intact),
     then delete all but the newest `keep` numbered checkpoints."""
-    directory.mkdir(parents=True, exist_ok=True)
-    data = encode(state)
-    path = directory / f"step_{iteration:08d}.pt"
-    for target in (path, directory / LATEST):
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(data)
+    path = write(directory / f"step_{iteration:08d}.pt", state)
+    with atomic_path(directory / LATEST) as tmp:
+        shutil.copyfile(path, tmp)
     for old in _numbered(directory)[keep:]:
         old.unlink()
     return path
 
 
-def encode(state: dict[str, Any]) -> bytes:
-    """The bytes of a checkpoint file holding `state` (tensors, plain data and numpy arrays only)."""
+def write(path: Path, state: dict[str, Any]) -> Path:
+    """Write a checkpoint file holding `state` (tensors, plain data and numpy arrays only), atomically."""
     inner = io.BytesIO()
     torch.save(_rebuild(state, _to_plain), inner)
     payload = inner.getbuffer()
@@ -89,9 +87,9 @@ def encode(state: dict[str, Any]) -> bytes:
         "sha256": hashlib.sha256(payload).hexdigest(),
         "payload": torch.frombuffer(payload, dtype=torch.uint8),
     }
-    outer = io.BytesIO()
-    torch.save(container, outer)
-    return outer.getvalue()
+    with atomic_path(path) as tmp:
+        torch.save(container, tmp)
+    return Path(path)
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -126,15 +124,11 @@ def newest(path: Path) -> tuple[Path, dict[str, Any]]:
 def read(path: Path) -> dict[str, Any]:
     """The state in one checkpoint file; CheckpointError if it is missing, damaged, unsafe or not a checkpoint."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} is missing") from None
-    except OSError as err:
-        raise CheckpointError(f"{path} cannot be read: {err.strerror or err}") from None
-    if not data:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing" if not path.exists() else f"{path} is not a file")
+    if path.stat().st_size == 0:
         raise CheckpointError(f"{path} is empty (a write that never finished, or a full disk)")
-    container, needed_numpy = _unpickle(path, data)
+    container, needed_numpy = _unpickle(path, path)
     if needed_numpy or not isinstance(container, dict) or "format" not in container:
         _check_state(path, container)
         log.warning(
@@ -154,7 +148,7 @@ def read(path: Path) -> dict[str, Any]:
             f"{path} is damaged: its contents hash to sha256 {actual[:16]}…, not the {expected[:16]}… they were "
             "written with (the file changed after it was saved)"
         )
-    state, _ = _unpickle(path, payload.numpy().tobytes(), allow_numpy=False)
+    state, _ = _unpickle(path, io.BytesIO(payload.numpy()), allow_numpy=False)
     _check_state(path, state)
     return _rebuild(state, _from_plain)
 
@@ -169,9 +163,10 @@ def _numbered(directory: Path) -> list[Path]:
     return sorted(directory.glob("step_*.pt"), key=iteration_of, reverse=True)
 
 
-def _unpickle(path: Path, data: bytes, allow_numpy: bool = True) -> tuple[Any, bool]:
-    """torch.load(weights_only=True) of `data`; then, if numpy objects stopped it and `allow_numpy`, again with
-    numpy's array constructors allowed (the previous format). Returns (object, whether numpy was needed)."""
+def _unpickle(path: Path, data: Path | io.BytesIO, allow_numpy: bool = True) -> tuple[Any, bool]:
+    """torch.load(weights_only=True) of `data` (the file `path`, or its payload); then, if numpy objects stopped it
+    and `allow_numpy`, again with numpy's array constructors allowed (the previous format). Returns (object,
+    whether numpy was needed)."""
     try:
         return _weights_only_load(path, data), False
     except pickle.UnpicklingError as err:
@@ -194,12 +189,14 @@ def _unpickle(path: Path, data: bytes, allow_numpy: bool = True) -> tuple[Any, b
     ) from None
 
 
-def _weights_only_load(path: Path, data: bytes) -> Any:
+def _weights_only_load(path: Path, data: Path | io.BytesIO) -> Any:
     """torch.load(weights_only=True); pickle.UnpicklingError when its restricted unpickler refuses the data."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "Detected pickle protocol 4": the refusal says enough
-            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            if isinstance(data, io.BytesIO):
+                data.seek(0)
+            return torch.load(data, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise
     except Exception as err:  # torch's zip reader, pickle and storage code raise many types on damaged bytes

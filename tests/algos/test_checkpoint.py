@@ -58,9 +58,7 @@ def test_state_round_trips_exactly(tmp_path):
         "big": 2**127 + 1,
         "strided": np.arange(10.0)[::-2],
     }
-    path = tmp_path / "state.pt"
-    path.write_bytes(checkpoint.encode(state))
-    back = checkpoint.read(path)
+    back = checkpoint.read(checkpoint.write(tmp_path / "state.pt", state))
     for code, array in arrays.items():
         assert back["arrays"][code].dtype == array.dtype and np.array_equal(back["arrays"][code], array), code
     assert [type(x) for x in back["scalars"]] == [np.float64, np.int32, np.bool_] and back["scalars"][1] == -3
@@ -71,7 +69,8 @@ def test_state_round_trips_exactly(tmp_path):
     assert torch.equal(back["algo"]["policy"]["w"], weights["w"])
     assert back["algo"]["policy"]._metadata == weights._metadata
     with pytest.raises(TypeError, match="tensors and plain data only, not PosixPath"):
-        checkpoint.encode({"algo": {}, "where": tmp_path})
+        checkpoint.write(tmp_path / "bad.pt", {"algo": {}, "where": tmp_path})
+    assert not (tmp_path / "bad.pt").exists()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -235,9 +234,7 @@ def test_simulator_snapshots_round_trip_through_a_checkpoint(tmp_path, backend):
     for action in actions[:5]:
         env.step(action)
     snapshot = env.get_state()
-    path = tmp_path / "snapshot.pt"
-    path.write_bytes(checkpoint.encode({"algo": {}, "env": snapshot}))
-    restored = checkpoint.read(path)["env"]
+    restored = checkpoint.read(checkpoint.write(tmp_path / "snapshot.pt", {"algo": {}, "env": snapshot}))["env"]
     leaves = torch.utils._pytree.tree_leaves
     assert [(type(a), getattr(a, "dtype", None)) for a in leaves(snapshot)] == [
         (type(b), getattr(b, "dtype", None)) for b in leaves(restored)
