@@ -29,6 +29,9 @@ from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 
 ROBOTS = {"go2": "quadruped-walk", "franka": "arm-reach"}
 """Robots `deploy` drives → the task their policies are trained on."""
+PEER_START_S = 60.0
+"""How long a simulated peer may take to start, s: the Go2 peer's first facts came after 3.7–4.0 s on a 2-core
+machine at load 3, close to the driver's 5 s connect timeout, which its start-up raced (deploy waits for them)."""
 DDS_DOMAINS = range(0, 233)
 """DDS domain ids that map to valid ports with the standard port mapping (0–232)."""
 
@@ -209,6 +212,8 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> tuple[Lo
         if config.peer == "sim":
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="policyforge-peer-")))
             facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
+            if config.robot == "go2":
+                _wait_for_facts(facts_path)
         with robot:
             safety = SafetyFilter(robot.spec, safety_config, getattr(adapter, "forward_kinematics", None))
             loop_config = LoopConfig(rate_hz=rate, policy_rate_hz=policy_rate, seconds=config.seconds)
@@ -226,6 +231,17 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> tuple[Lo
             time.sleep(0.2)  # the peer writes its facts ten times a second
             facts = read_facts(facts_path)
     return report, facts
+
+
+def _wait_for_facts(facts_path: Path, timeout: float = PEER_START_S) -> None:
+    """Wait until a simulated peer writes its first facts (it publishes robot states from then on)."""
+    deadline = time.monotonic() + timeout
+    while not read_facts(facts_path):
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"the simulated peer wrote no facts to {facts_path} within {timeout:.0f} s: did it start?"
+            )
+        time.sleep(0.1)
 
 
 def _check_before_connecting(config: DeployConfig, policy: ExportedPolicy, adapter, spec) -> None:
