@@ -109,7 +109,7 @@ def run_probe(probe: Probe, root: Path, tree: Path, fixtures: dict[str, Path | s
             verdict = worst(ctx, probe.run(ctx))
         except Exception as err:
             verdict = worst(ctx, Verdict("silent", f"unexpected state ({type(err).__name__}: {err})"))
-    outcome = ctx.runs[-1].summary() if ctx.runs else "-"
+    outcome = ctx.runs[-1].summary().replace(f"{ctx.work}/", "") if ctx.runs else "-"
     if not keep:
         shutil.rmtree(ctx.root, ignore_errors=True)
     return Result(probe, verdict, outcome, time.monotonic() - start)
