@@ -138,13 +138,11 @@ def _stale_export(ctx: Ctx) -> Verdict:
     if longer.returncode != 0:
         return refused(longer, "quad")
     done = ctx.cli("deploy", run, "--robot", "go2", "--peer", "sim", "--seconds", "1", timeout=150)
-    if digest(exported) != old and done.returncode in (0, 3):
-        return Verdict("held", f"re-exported, then deployed (exit {done.returncode})")
-    if digest(exported) != old:
-        return refused(done, "export")
-    if done.returncode != 0:
-        return refused(done, "stale", "older", "export")
-    return Verdict("silent", "deployed the stale export without a word")
+    if digest(exported) != old:  # re-exported: then it should run like any deploy (0, or 3 after an e-stop)
+        return Verdict("held", "re-exported, then deployed") if done.returncode in (0, 3) else refused(done, "export")
+    if done.returncode != 0 and done.names("stale", "older than"):
+        return refused(done, "stale", "older than")
+    return Verdict("silent", f"used the stale export without a word ({done.summary()})")
 
 
 HOSTILE_PEER = """

@@ -214,42 +214,42 @@ def params(ctx: Ctx, checkpoint: Path) -> dict:
     return json.loads(lines[-1]) if done.returncode == 0 and lines else {"error": done.last_line()}
 
 
+def _records(run: Path) -> int:
+    return sum(1 for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip())
+
+
 @probe("SIGKILL training 6× at random moments, then --resume", "kill", "held", needs=("long",))
 def _kill_training(ctx: Ctx, kills: int = 6, seed: int = 18) -> Verdict:
     rng, run = random.Random(seed), ctx.work / "runs" / "killed"
     metrics = run / "metrics.jsonl"
     size = lambda: metrics.stat().st_size if metrics.exists() else -1  # noqa: E731
     process = ctx.start("train", recipe(ctx, "pendulum-swingup-ppo.yaml"), *LONG_RUN, "name=killed")
-    done = not kill_after(process, rng.uniform(0, 1.0), until=lambda: any(run.glob("checkpoints/step_*.pt")))
-    ctx.collect(process)
-    count = 1 - done
-    while not done:
-        if count < kills:  # half the kills while it trains, half at any moment from its start
-            before = size()
-            process = ctx.start("train", "--resume", run)
-            progress = (lambda b=before: size() != b) if count % 2 else None
-            done = not kill_after(process, rng.uniform(0, 1.0) if progress else rng.uniform(0.2, 6.0), until=progress)
-            count += not done
-        else:
-            process = ctx.start("train", "--resume", run)
-            done = True
-        last = ctx.collect(process)
-        if done and last.returncode != 0:
-            if last.returncode is None or last.traceback:
-                return refused(last, "checkpoint")
-            return Verdict("data_loss", f"after {count} kills the run cannot be resumed: {last.last_line()}")
+    killed = kill_after(process, rng.uniform(0, 1.0), until=lambda: any(run.glob("checkpoints/step_*.pt")))
+    last, count = ctx.collect(process), int(killed)
+    while killed and count < kills:
+        before = size()
+        process = ctx.start("train", "--resume", run)
+        if count % 2:  # while it trains (its metrics grow) ...
+            killed = kill_after(process, rng.uniform(0, 1.0), until=lambda before=before: size() != before)
+        else:  # ... or at any moment from its start (loading included)
+            killed = kill_after(process, rng.uniform(0.2, 6.0))
+        last, count = ctx.collect(process), count + killed
+    if killed:
+        last = ctx.cli("train", "--resume", run)
+    if last.returncode != 0:
+        if last.returncode is None or last.traceback:
+            return refused(last, "checkpoint")
+        return Verdict("data_loss", f"after {count} kills the run cannot be resumed: {last.last_line()}")
+    reference = ctx.fixtures["long"]
     whole, resumed = (
-        params(ctx, ctx.fixtures["long"] / "checkpoints" / "latest.pt"),
+        params(ctx, reference / "checkpoints" / "latest.pt"),
         params(ctx, run / "checkpoints" / "latest.pt"),
     )
     if "error" in resumed or whole != resumed:
+        return Verdict("silent", f"after {count} kills the final parameters differ from an uninterrupted run's")
+    if _records(run) != _records(reference):
         return Verdict(
-            "silent", f"after {count} kills the final parameters differ from an uninterrupted run's: {resumed}"
-        )
-    lines = lambda path: len([l for l in (path / "metrics.jsonl").read_text().splitlines() if l.strip()])  # noqa: E731, E741
-    if lines(run) != lines(ctx.fixtures["long"]):
-        return Verdict(
-            "silent", f"metrics.jsonl has {lines(run)} records, the uninterrupted run {lines(ctx.fixtures['long'])}"
+            "silent", f"metrics.jsonl has {_records(run)} records, an uninterrupted run {_records(reference)}"
         )
     return Verdict("held", f"{count} SIGKILLs, then resumed: parameters bit-exact, no duplicated log lines")
 
@@ -257,22 +257,20 @@ def _kill_training(ctx: Ctx, kills: int = 6, seed: int = 18) -> Verdict:
 @probe("SIGKILL collect 5× at random moments, then reopen", "kill", "held")
 def _kill_collect(ctx: Ctx, kills: int = 5, seed: int = 18) -> Verdict:
     rng, root = random.Random(seed), ctx.work / "data" / "killed"
-    for _ in range(kills):
+    written = lambda: len(list(root.glob("data/chunk-*/file-*.parquet")))  # noqa: E731
+    for _ in range(kills):  # each kill comes while episodes are being written
+        before = written()
         process = ctx.start(*REACH, "--episodes", "400", "--out", root)
-        kill_after(process, rng.uniform(0, 2.0), until=lambda: (root / "meta" / "info.json").exists())
+        kill_after(process, rng.uniform(0, 1.5), until=lambda before=before: written() > before)
         ctx.collect(process)
         if (root / "meta" / "episodes").exists():
             ctx.protect(*data_files(root))  # committed episodes must survive every later kill and the reopen
     committed = len(episode_rows(root)) if (root / "meta" / "episodes").exists() else 0
     done = ctx.cli(*REACH, "--episodes", "2", "--out", root)
-    if done.returncode != 0:
-        return refused(done, "data/killed")
-    verdict = _appended(ctx, root, done, (), expected_episodes=committed + 2)
-    return (
-        Verdict("held", f"{kills} SIGKILLs ({committed} episodes committed), reopened: consistent")
-        if verdict.cls == "held"
-        else verdict
-    )
+    verdict = _appended(ctx, root, done, ("data/killed",), expected_episodes=committed + 2)
+    if verdict.cls != "held":
+        return verdict
+    return Verdict("held", f"{kills} SIGKILLs ({committed} episodes committed), reopened: consistent, nothing lost")
 
 
 # -- a full disk: a file-size limit (RLIMIT_FSIZE) ----------------------------------------------------------

@@ -43,27 +43,20 @@ CONFIG_CASES = {
     "ppo.actor_lr=nan": ("ppo", "ppo.actor_lr"),
     "ppo.critic_lr=inf": ("ppo", "ppo.critic_lr"),
     "ppo.gamma=-1": ("ppo", "ppo.gamma"),
-    "ppo.gae_lambda=nan": ("ppo", "ppo.gae_lambda"),
     "ppo.max_grad_norm=-1": ("ppo", "ppo.max_grad_norm"),
     "ppo.value_coef=-1": ("ppo", "ppo.value_coef"),
     "ppo.entropy_coef=inf": ("ppo", "ppo.entropy_coef"),
     "ppo.target_kl=-1": ("ppo", "ppo.target_kl"),
-    "ppo.minibatches=0": ("ppo", "ppo.minibatches"),
     "sac.gamma=-1": ("sac", "sac.gamma"),
     "sac.tau=nan": ("sac", "sac.tau"),
     "sac.actor_lr=inf": ("sac", "sac.actor_lr"),
     "sac.init_alpha=-1": ("sac", "sac.init_alpha"),
-    "sac.updates_per_step=nan": ("sac", "sac.updates_per_step"),
     "sim.num_envs=0": ("ppo", "sim.num_envs"),
     "sim.randomization.friction=[0.5,.inf]": ("ppo", "sim.randomization.friction"),
-    "sim.randomization.com_offset=.inf": ("ppo", "sim.randomization.com_offset"),
-    "sim.task_options.episode_seconds=-1": ("ppo", "episode_seconds"),
-    "policy.hidden=[0]": ("ppo", "policy.hidden"),
     "seed=-1": ("ppo", "seed"),
     "seed=4294967296": ("ppo", "seed"),
     "ppo.clip_ration=0.2": ("ppo", "ppo.clip_ration"),
     "sim.num_envs=[8,": ("ppo", "sim.num_envs"),
-    "runner.total_env_steps=nan": ("ppo", "runner.total_env_steps"),
 }
 """Override → (algorithm of the recipe, what the refusal must name)."""
 
@@ -84,12 +77,6 @@ def _malformed_yaml(ctx: Ctx) -> Verdict:
     return refused(ctx.cli("train", "broken.yaml", *TINY, "name=probe"), "broken.yaml")
 
 
-@probe("train YAML holding a list", "config", "clear_error")
-def _yaml_list(ctx: Ctx) -> Verdict:
-    (ctx.work / "list.yaml").write_text("- algo: ppo\n- seed: 1\n")
-    return refused(ctx.cli("train", "list.yaml", *TINY, "name=probe"), "list.yaml")
-
-
 @probe("train override without '='", "config", "clear_error")
 def _no_equals(ctx: Ctx) -> Verdict:
     return refused(ctx.cli("train", recipe(ctx, "pendulum-swingup-ppo.yaml"), *TINY, "sim.num_envs"), "sim.num_envs")
@@ -103,11 +90,6 @@ COLLECT = ["collect", "arm-reach", "episode_seconds=0.4", "--episodes", "2", "--
 @probe("eval --envs 0", "cli", "clear_error", needs=("run",))
 def _eval_envs_zero(ctx: Ctx) -> Verdict:
     return refused(ctx.cli("eval", ctx.copy("run", "runs/tiny"), "--envs", "0"), "--envs")
-
-
-@probe("eval --envs -2", "cli", "clear_error", needs=("run",))
-def _eval_envs_negative(ctx: Ctx) -> Verdict:
-    return refused(ctx.cli("eval", ctx.copy("run", "runs/tiny"), "--envs", "-2"), "--envs")
 
 
 GO2_POLICY = "tests/real_robot/assets/quadruped-walk-policy.onnx"
@@ -124,9 +106,6 @@ def _bad_flag(command: str, flag: str, value: str, ctx: Ctx) -> Verdict:
 for _command, _flag, _value in (
     ("collect", "--noise", "nan"),
     ("collect", "--noise", "inf"),
-    ("collect", "--noise", "-1"),
-    ("collect", "--hesitation", "nan"),
-    ("collect", "--envs", "0"),
     ("deploy", "--seconds", "-1"),
     ("deploy", "--seconds", "nan"),
     ("deploy", "--command", "nan,0,0"),
@@ -392,8 +371,8 @@ def _concurrent_resume(ctx: Ctx) -> Verdict:
     first, second = ctx.start("train", "--resume", run, longer), ctx.start("train", "--resume", run, longer)
     runs = [ctx.collect(first), ctx.collect(second)]
     codes = [r.returncode for r in runs]
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    steps = [json.loads(line)["env_steps"] for line in lines if line.strip()]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r["env_steps"] for r in records if "perf/sps" in r]  # one per training iteration
     if codes.count(0) != 1:
         return Verdict(
             "silent", f"exit codes {codes}: both trained the run" if codes == [0, 0] else f"exit codes {codes}"
