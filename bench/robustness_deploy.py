@@ -1,19 +1,42 @@
-"""Probes of `bench/robustness.py`, part 3: hostile policies and observations on deploy against the simulated Go2
-(NaN and huge weights, a policy of the wrong observation size, a stale export, a robot reporting +inf), and the
-export checks that should stop such policies first."""
+"""Probes of `bench/robustness.py`, part 3: deploy against the simulated Go2 — bad flags, hostile policies (NaN
+and huge weights, the wrong observation size, a stale export), a robot reporting +inf — and the export checks that
+should stop such policies first.
+
+The bench starts the Go2 peer itself and waits until it publishes, then deploys to it as to a robot on the network
+(`--interface lo --domain-id D`): on a loaded machine `--peer sim` can fail to connect before the peer is up, which
+would hide what a probe asks. The peer's own audit counts unsafe commands that reached its motors.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from robustness_kit import Ctx, Probe, Verdict, digest, read_json, refused, variant
-from robustness_probes import GO2_POLICY
+from robustness_kit import Ctx, Probe, Run, Verdict, digest, read_json, refused, variant
 
 PROBES: list[Probe] = []
+GO2_POLICY = "tests/real_robot/assets/quadruped-walk-policy.onnx"
+"""The shipped Go2 walking policy (an export of a quadruped-walk PPO run), relative to the tree."""
+PEER = """
+import sys
+import numpy as np
+from policyforge.real_robot.peers import go2_sim
+inf_after = float(sys.argv[1])
+if inf_after >= 0:  # a failing IMU: +inf as the gyro's x rate from this simulated time on
+    sensor = go2_sim.SimulatedGo2.sensor
+    def hostile(self, name):
+        value = sensor(self, name)
+        return np.array([np.inf, *value[1:]]) if name == "gyro" and self.data.time > inf_after else value
+    go2_sim.SimulatedGo2.sensor = hostile
+go2_sim.main(sys.argv[2:])
+"""
+"""The tree's simulated Go2 peer, optionally with a failing IMU."""
 
 
 def probe(name: str, group: str, expected: str, needs: tuple[str, ...] = ()):
@@ -24,7 +47,62 @@ def probe(name: str, group: str, expected: str, needs: tuple[str, ...] = ()):
     return register
 
 
-# -- deploy: hostile policies and observations on the simulated Go2 ----------------------------------------
+class Go2Peer:
+    """A simulated Go2 the bench runs: `flags` reach it; `unsafe()` is its count of unsafe commands."""
+
+    def __init__(self, domain: int, stats: Path):
+        self.flags = ["--robot", "go2", "--interface", "lo", "--domain-id", str(domain)]
+        self.stats = stats
+
+    def unsafe(self) -> int | None:
+        return sum(read_json(self.stats)["unsafe"].values()) if self.stats.is_file() else None
+
+
+@contextlib.contextmanager
+def go2_peer(ctx: Ctx, inf_after: float = -1.0) -> Iterator[Go2Peer]:
+    """Run the peer while inside (ready: it has written its first facts); stopped on leaving (final facts)."""
+    domain = random.SystemRandom().randint(100, 230)
+    peer = Go2Peer(domain, ctx.root / f"go2-peer-{domain}.json")
+    process = ctx.popen(
+        [sys.executable, "-c", PEER, str(inf_after), "--domain-id", str(domain), "--stats", str(peer.stats)]
+    )
+    deadline = time.monotonic() + ctx.timeout
+    while not peer.stats.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        if not peer.stats.exists():
+            raise RuntimeError(f"the Go2 peer did not start: {(process.communicate(timeout=5)[0] or '')[-300:]}")
+        yield peer
+    finally:
+        process.terminate()
+        try:
+            process.communicate(timeout=30)
+        except Exception:
+            process.kill()
+            process.communicate()
+
+
+def deploy(ctx: Ctx, source: Path | str, *flags: str, inf_after: float = -1.0) -> tuple[Run, int | None]:
+    """`policyforge deploy SOURCE` to a bench-run Go2 peer: (the run, unsafe commands the peer counted)."""
+    with go2_peer(ctx, inf_after) as peer:
+        done = ctx.cli("deploy", source, *peer.flags, *flags, timeout=150)
+    return done, peer.unsafe()
+
+
+def final_mode(done: Run) -> str:
+    """Deploy's last words: its final mode and the safety interventions, from its table."""
+    found = {
+        key: re.search(rf"{key}\s*│\s*([^│]+?)\s*│", done.output) for key in ("final mode", "safety interventions")
+    }
+    return ", ".join(f"{key} {match[1]}" for key, match in found.items() if match) or "no report"
+
+
+def _bad_flag(flag: str, value: str, ctx: Ctx) -> Verdict:
+    return refused(deploy(ctx, ctx.tree / GO2_POLICY, "--seconds", "1", flag, value)[0], flag)
+
+
+for _flag, _value in (("--seconds", "-1"), ("--seconds", "nan"), ("--command", "nan,0,0")):
+    PROBES.append(variant(f"deploy {_flag} {_value}", "cli", "clear_error", _bad_flag, _flag, _value))
 
 
 def hostile_export(ctx: Ctx, how: str) -> Path:
@@ -58,21 +136,13 @@ def hostile_export(ctx: Ctx, how: str) -> Path:
     return out
 
 
-def peer_report(done) -> tuple[int | None, str]:
-    """(unsafe commands the peer counted, final mode) from deploy's table."""
-    unsafe = re.search(r"peer: unsafe commands\s*│\s*(\d+)", done.output)
-    mode = re.search(r"final mode\s*│\s*(\w+)", done.output)
-    return (int(unsafe[1]) if unsafe else None), (mode[1] if mode else "?")
-
-
 def _deploy_hostile(how: str, ctx: Ctx) -> Verdict:
     policy = hostile_export(ctx, how)
-    done = ctx.cli("deploy", policy, "--robot", "go2", "--peer", "sim", "--seconds", "2", timeout=120)
-    unsafe, mode = peer_report(done)
+    done, unsafe = deploy(ctx, policy, "--seconds", "2")
     if unsafe:
         return Verdict("silent", f"{unsafe} unsafe commands reached the motors (exit {done.returncode})")
     if done.returncode == 0:
-        return Verdict("silent", f"exit 0, final mode {mode}: the run does not say it failed")
+        return Verdict("silent", f"exit 0 ({final_mode(done)}): the run does not say it failed")
     if done.returncode == 3 and not done.traceback:
         return Verdict("held", "e-stopped, exit 3, nothing unsafe reached the motors")
     return refused(done, policy.name, "nan", "finite", "weights", "saturat")
@@ -84,13 +154,23 @@ for _how, _what in (("nan", "NaN weights"), ("huge", "×1e6 weights")):
 
 @probe("deploy an export of 48 observations on the 45-observation Go2", "deploy", "clear_error")
 def _deploy_mismatch(ctx: Ctx) -> Verdict:
-    done = ctx.cli(
-        "deploy", hostile_export(ctx, "obs48"), "--robot", "go2", "--peer", "sim", "--seconds", "2", timeout=120
-    )
+    done, _ = deploy(ctx, hostile_export(ctx, "obs48"), "--seconds", "2")
     verdict = refused(done, "48", "observation size")
     if verdict.cls == "clear_error" and "ticks / policy steps" in done.output:
         return Verdict("silent", "refused only after connecting to the robot and e-stopping it")
     return verdict
+
+
+@probe("deploy against a Go2 whose IMU reports +inf", "deploy", "clear_error or held")
+def _inf_observation(ctx: Ctx) -> Verdict:
+    done, unsafe = deploy(ctx, ctx.tree / GO2_POLICY, "--seconds", "2", inf_after=0.5)
+    if unsafe:
+        return Verdict("silent", f"{unsafe} unsafe commands reached the motors (exit {done.returncode})")
+    if done.returncode == 0:
+        return Verdict("silent", "exit 0: the policy ran on +inf observations without a word")
+    if done.returncode == 3 and done.names("inf", "finite", "observation", "gyro") and not done.traceback:
+        return Verdict("held", "e-stopped naming the non-finite observation, exit 3")
+    return refused(done, "inf", "finite", "observation", "gyro")
 
 
 POISON = """
@@ -137,42 +217,9 @@ def _stale_export(ctx: Ctx) -> Verdict:
     longer = ctx.cli("train", "--resume", run, "runner.total_env_steps=128")
     if longer.returncode != 0:
         return refused(longer, "quad")
-    done = ctx.cli("deploy", run, "--robot", "go2", "--peer", "sim", "--seconds", "1", timeout=150)
+    done, _ = deploy(ctx, run, "--seconds", "1")
     if digest(exported) != old:  # re-exported: then it should run like any deploy (0, or 3 after an e-stop)
         return Verdict("held", "re-exported, then deployed") if done.returncode in (0, 3) else refused(done, "export")
     if done.returncode != 0 and done.names("stale", "older than"):
         return refused(done, "stale", "older than")
     return Verdict("silent", f"used the stale export without a word ({done.summary()})")
-
-
-HOSTILE_PEER = """
-import sys
-import numpy as np
-from policyforge.real_robot.peers import go2_sim
-sensor = go2_sim.SimulatedGo2.sensor
-def hostile(self, name):
-    value = sensor(self, name)
-    return np.array([np.inf, *value[1:]]) if name == "gyro" and self.data.time > float(sys.argv[1]) else value
-go2_sim.SimulatedGo2.sensor = hostile
-go2_sim.main(sys.argv[2:])
-"""
-"""The simulated Go2 peer reporting +inf as its gyro's x rate from a simulated time on (a failing IMU)."""
-
-
-@probe("deploy against a Go2 whose IMU reports +inf", "deploy", "clear_error or held")
-def _inf_observation(ctx: Ctx) -> Verdict:
-    domain = str(random.SystemRandom().randint(100, 230))
-    peer_args = ["--domain-id", domain, "--stats", ctx.root / "peer.json"]
-    peer = ctx.popen([sys.executable, "-c", HOSTILE_PEER, "0.5", *map(str, peer_args)])
-    try:
-        policy = ctx.tree / GO2_POLICY
-        go2 = ["--robot", "go2", "--interface", "lo", "--domain-id", domain]
-        done = ctx.cli("deploy", policy, *go2, "--seconds", "2", timeout=120)
-    finally:
-        peer.terminate()
-        peer.communicate(timeout=30)
-    if done.returncode == 0:
-        return Verdict("silent", "exit 0: the policy ran on +inf observations without a word")
-    if done.returncode == 3 and done.names("inf", "finite", "observation", "gyro") and not done.traceback:
-        return Verdict("held", "e-stopped naming the non-finite observation, exit 3")
-    return refused(done, "inf", "finite", "observation", "gyro")

@@ -47,7 +47,7 @@ def episode_rows(root: Path) -> list[dict]:
     import pyarrow.parquet as pq
 
     rows = []
-    for path in sorted((root / "meta" / "episodes").rglob("*.parquet")):
+    for path in sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet")):  # not a writer's temp files
         rows += pq.read_table(path).to_pylist()
     return rows
 
@@ -80,6 +80,9 @@ def dataset_problems(root: Path) -> list[str]:
             f"info.json lists {info.get('total_frames')} frames, the episodes {sum(r['length'] for r in rows)}"
         )
     for row, path in zip(rows, data_files(root, rows), strict=True):
+        if not path.is_file():
+            problems.append(f"{path.relative_to(root)} is missing")
+            continue
         try:
             episodes = pq.read_table(path).column("episode_index").to_numpy()
         except Exception as err:

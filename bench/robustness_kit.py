@@ -34,6 +34,7 @@ from typing import Any
 CLASSES = ("clear_error", "held", "traceback", "silent", "data_loss", "code_execution")
 GOOD = ("clear_error", "held")
 TRACEBACK = "Traceback (most recent call last)"
+_BOX = "─━│┃┌┐└┘├┤┬┴┼┏┓┗┛┡┩╇┳┻╋ "
 DEFAULT_TIMEOUT = 180.0
 """Seconds one CLI run may take before it counts as a hang (generous: the machine may be loaded)."""
 
@@ -64,6 +65,7 @@ class Run:
 
     def last_line(self, width: int = 110) -> str:
         lines = [line.strip() for line in self.output.splitlines() if line.strip() and not line.startswith("W1")]
+        lines = [line for line in lines if line.strip(_BOX)]  # not a table's borders
         errors = [line for line in lines if "error" in line.lower()]
         line = errors[-1] if errors and self.returncode else (lines[-1] if lines else "")
         return line if len(line) <= width else line[: width - 1] + "…"
