@@ -67,7 +67,8 @@ class Run:
         lines = [line.strip() for line in self.output.splitlines() if line.strip() and not line.startswith("W1")]
         lines = [line for line in lines if line.strip(_BOX)]  # not a table's borders
         errors = [line for line in lines if "error" in line.lower()]
-        line = errors[-1] if errors and self.returncode else (lines[-1] if lines else "")
+        prose = [line for line in lines if line[0] not in _BOX]  # after a success: e.g. a table's title
+        line = errors[-1] if errors and self.returncode else (prose or lines or [""])[-1]
         return line if len(line) <= width else line[: width - 1] + "…"
 
     def summary(self) -> str:
@@ -219,8 +220,10 @@ def digest(path: Path) -> str:
 
 
 def _short(path: Path, root: Path) -> str:
-    with contextlib.suppress(ValueError):
-        return str(path.relative_to(root / "home" / "work"))
+    """`path` relative to the working directory, else to the probe's directory."""
+    for base in (root / "home" / "work", root):
+        with contextlib.suppress(ValueError):
+            return str(path.relative_to(base))
     return str(path)
 
 
