@@ -5,11 +5,19 @@ uint8 for chunked policies) to action chunks [B, H, A] in [-1, 1]; a JSON file b
 expects and what the actions mean. A per-step residual's graph maps (obs [B, D], base_action [B, A]) to [B, 1, A];
 its base's graph is written beside it (`<name>_base.onnx`, named by "base" in the JSON), and a deployment runs
 the base's chunks and feeds each step's base action to the residual (`real_robot.deploy.ExportedPolicy`).
+
+`export_checked` is what `policyforge export` runs: the graph is written to a temporary directory, checked against
+`act` (finite, within the policy's tolerance) and only then moved into place, so a failed export leaves no file a
+deployment could pick up. The description records the graph's sha256 and where the policy came from (`"source"`:
+the checkpoint file and its sha256), so that a deployment can tell an export that is out of date (`stale_reason`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policyforge.errors import UserError
 from policyforge.io import atomic_path
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
@@ -26,6 +35,10 @@ from policyforge.policies.residual import BASE_ACTION_KEY, ResidualPolicy
 
 Format = Literal["onnx", "torchscript"]
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
+
+
+class ExportError(UserError):
+    """An export that cannot be trusted (non-finite actions, outputs that differ from `act`) or is out of date."""
 
 
 INPUT_NAMES = {IMAGE_KEY: "image", BASE_ACTION_KEY: "base_action"}
@@ -91,6 +104,7 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
         "inputs": {name: [*value.shape[1:]] for name, value in zip(names, example, strict=True)},
         "input": "obs [B, ...] float32 (state, normalised inside); image [B, ...] uint8 for image policies",
         "output": "action [B, chunk_len, action_dim] in [-1, 1]",
+        "graph_sha256": file_sha256(path),
         **base,
         **(metadata or {}),
     }
@@ -119,7 +133,130 @@ def load_exported(path: Path) -> Callable[..., np.ndarray]:
 
 @torch.no_grad()
 def max_export_error(policy: Policy, path: Path, obs: Obs) -> float:
-    """Largest |exported(obs) − policy.act(obs)| over a batch of observations (the keys `act` reads)."""
+    """Largest |exported(obs) − policy.act(obs)| over a batch of observations (the keys `act` reads); inf when
+    either side is not finite (NaN compares as neither larger nor smaller than a tolerance)."""
+    difference = np.abs(run_exported(path, policy, obs) - policy.act(obs).numpy())
+    return float(difference.max()) if np.all(np.isfinite(difference)) else float("inf")
+
+
+def run_exported(path: Path, policy: Policy, obs: Obs) -> np.ndarray:
+    """The exported graph's actions [B, H, A] for a batch of observations (the keys `policy.act` reads)."""
+    return np.asarray(load_exported(path)(*(obs[key].numpy() for key in input_names(policy))))
+
+
+@torch.no_grad()
+def export_checked(
+    policy: Policy, path: Path, fmt: Format, obs: Obs, metadata: dict[str, Any] | None = None, source: str = ""
+) -> float:
+    """`export`, checked before anything reaches `path`: `act(obs)` and the exported graph's actions must be finite
+    and differ by at most `policy.export_tolerance`; returns that largest difference. The files are written to a
+    temporary directory beside `path` and moved into place only when the check passes (graphs first, the
+    descriptions last); otherwise ExportError, and nothing is written. `source`: where the policy was loaded
+    from (a checkpoint), named in errors."""
+    path = Path(path)
+    what = f"{source}: " if source else ""
     expected = policy.act(obs).numpy()
-    inputs = [obs[key].numpy() for key in input_names(policy)]
-    return float(np.abs(load_exported(path)(*inputs) - expected).max())
+    if not np.all(np.isfinite(expected)):
+        raise ExportError(f"{what}{_not_finite(policy, expected)}; nothing was exported")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.stem}.export-") as staging:
+        staged = export(policy, Path(staging) / path.name, fmt, metadata)
+        actual = run_exported(staged, policy, obs)
+        if not np.all(np.isfinite(actual)):
+            raise ExportError(
+                f"{what}the exported {fmt} graph gives non-finite actions where act() does not (an exporter bug: "
+                f"please report it); nothing was written to {path}"
+            )
+        error = float(np.abs(actual - expected).max())
+        if error > policy.export_tolerance:
+            raise ExportError(
+                f"{what}the exported {fmt} graph's actions differ from act() by {error:.2e} "
+                f"> {policy.export_tolerance:.0e}; nothing was written to {path}"
+            )
+        # descriptions last: a crash part-way leaves a graph whose description does not list its sha256 (stale)
+        for staged_file in sorted(Path(staging).iterdir(), key=lambda f: (f.suffix == ".json", f.stem == path.stem)):
+            os.replace(staged_file, path.parent / staged_file.name)
+    return error
+
+
+def _not_finite(policy: Policy, actions: np.ndarray) -> str:
+    """Why a policy's actions [B, H, A] are not all finite, and what to do."""
+    bad_actions = int(np.sum(~np.isfinite(actions)))
+    weights = {name: value for name, value in policy.state_dict().items() if value.is_floating_point()}
+    bad = {name: int((~torch.isfinite(value)).sum()) for name, value in weights.items()}
+    bad = {name: count for name, count in bad.items() if count}
+    if bad:
+        total = sum(value.numel() for value in weights.values())
+        cause = (
+            f"{sum(bad.values()):,} of its {total:,} weights are NaN/inf (in {', '.join(list(bad)[:3])}"
+            f"{', …' if len(bad) > 3 else ''}): the checkpoint holds a diverged or damaged policy. Export an earlier "
+            "checkpoint (--checkpoint RUN/checkpoints/step_….pt) or retrain"
+        )
+    else:
+        cause = "its weights are finite, so the network overflows on these inputs"
+    return (
+        f"the policy's actions are not finite ({bad_actions:,} of {actions.size:,} NaN/inf on observations spread "
+        f"like its training data); {cause}"
+    )
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def run_checkpoint(run_dir: Path) -> Path:
+    """The checkpoint a run's policy is exported from by default: checkpoints/latest.pt (every save rewrites it),
+    or the newest numbered checkpoint when it is missing."""
+    from policyforge.algos.checkpoint import LATEST, iteration_of
+
+    directory = Path(run_dir) / "checkpoints"
+    numbered = sorted(directory.glob("step_*.pt"), key=iteration_of)
+    return directory / LATEST if (directory / LATEST).exists() or not numbered else numbered[-1]
+
+
+def describe_source(checkpoint: Path, run_dir: Path | None = None) -> dict[str, Any]:
+    """What an export is made from, for its description: the checkpoint file (relative to `run_dir` when inside
+    it), its sha256 and size in bytes. Take it before loading the checkpoint: a checkpoint rewritten in between
+    then shows as a change (a needless re-export), never as an export that looks current but is not."""
+    checkpoint = Path(checkpoint).resolve()
+    name = str(checkpoint)
+    if run_dir is not None and checkpoint.is_relative_to(Path(run_dir).resolve()):
+        name = str(checkpoint.relative_to(Path(run_dir).resolve()))
+    return {"checkpoint": name, "sha256": file_sha256(checkpoint), "bytes": checkpoint.stat().st_size}
+
+
+def stale_reason(path: Path, checkpoint: Path, run_dir: Path | None = None) -> str | None:
+    """Why the export at `path` is not the export of `checkpoint` (None: it is): no readable description, a graph
+    that is not the one its description was written for, no record of its source, or another checkpoint."""
+    path = Path(path)
+    spec = _description(path)
+    if spec is None:
+        return f"{path.with_suffix('.json').name} is missing or unreadable"
+    for graph in [path] + ([path.with_name(spec["base"])] if spec.get("base") else []):
+        recorded = (_description(graph) or {}).get("graph_sha256")
+        if recorded is None:
+            return f"{graph.with_suffix('.json').name} records no graph_sha256 (an export of an older policyforge)"
+        if not graph.is_file() or file_sha256(graph) != recorded:
+            return (
+                f"{graph.name} is missing or is not the graph its description was written for (an interrupted export?)"
+            )
+    source = spec.get("source")
+    if not isinstance(source, dict):
+        return f"{path.with_suffix('.json').name} records no checkpoint it was made from (an older export)"
+    current = describe_source(checkpoint, run_dir)
+    if (source.get("checkpoint"), source.get("sha256")) != (current["checkpoint"], current["sha256"]):
+        return (
+            f"it was exported from {source.get('checkpoint')} (sha256 {str(source.get('sha256'))[:12]}…); the run's "
+            f"checkpoint is now {current['checkpoint']} (sha256 {current['sha256'][:12]}…)"
+        )
+    return None
+
+
+def _description(path: Path) -> dict[str, Any] | None:
+    """The JSON description beside an exported graph, None when it is missing or unreadable."""
+    try:
+        spec = json.loads(Path(path).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return None
+    return spec if isinstance(spec, dict) else None

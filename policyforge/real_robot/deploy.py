@@ -11,6 +11,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
+from policyforge.errors import UserError
 from policyforge.policies.export import load_exported
 from policyforge.real_robot.robot import Command, RobotState
 from policyforge.sims.task import TaskState, asset_path
@@ -18,10 +19,20 @@ from policyforge.sims.tasks.arm import FINGER_OPEN, HOME_QPOS
 from policyforge.sims.tasks.quadruped import JOINT_NAMES, STAND_QPOS, QuadrupedConfig, joint_targets, policy_observation
 
 
+class DeployError(UserError):
+    """A policy that cannot run on this robot (observation or action sizes, task); the message names the file."""
+
+
+class NonFiniteObservation(ValueError):
+    """An observation with NaN/inf entries was given to a policy (which would turn it into a plausible action)."""
+
+
 class ExportedPolicy:
     """An exported policy (ONNX or TorchScript, see `policyforge export`) as obs [D] → action [A]: keeps the
     observation history of chunked policies and executes `act_steps` actions of each chunk, like the
-    simulator's `ChunkedActor`; a per-step residual runs its base's exported chunks and corrects each action."""
+    simulator's `ChunkedActor`; a per-step residual runs its base's exported chunks and corrects each action.
+    A non-finite observation raises `NonFiniteObservation` (the normaliser inside would clamp it into a
+    finite, plausible action); a graph answering with another action size raises ValueError."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -45,8 +56,44 @@ class ExportedPolicy:
         self.chunk: np.ndarray | None = None
         self.cursor = self.act_steps
 
+    @property
+    def obs_dim(self) -> int:
+        """Size D of the observations the description says the graph takes."""
+        return int(self.spec.get("inputs", {}).get("obs", [self.spec.get("obs_dim", -1)])[-1])
+
+    def check_sizes(self, obs_dim: int, action_dim: int, robot: str) -> None:
+        """Raise DeployError unless this policy takes observations [obs_dim] and answers actions [action_dim]
+        (what `robot`'s task adapter builds and applies): by its description, then by running the graph once on
+        a zero observation (a description that does not match its graph is caught too)."""
+        where = f"{self.path} (task {self.spec.get('task')!r})"
+        if self.obs_dim != obs_dim:
+            raise DeployError(
+                f"{where} takes observations of size {self.obs_dim}, but the {robot} adapter builds observations of "
+                f"size {obs_dim}: the policy was trained with other task options or observations; deploy a policy "
+                f"trained on this task (its run's config.yaml sets sim.task and sim.task_options)"
+            )
+        if self.action_dim != action_dim:
+            raise DeployError(
+                f"{where} answers actions of size {self.action_dim}, but the {robot} adapter applies actions of "
+                f"size {action_dim}: deploy a policy trained on this robot's task"
+            )
+        try:
+            action = self(np.zeros(obs_dim, dtype=np.float32))
+        except Exception as err:
+            raise DeployError(
+                f"{where} fails on an observation of size {obs_dim} although its description "
+                f"({self.path.with_suffix('.json').name}) says it takes that size: {_one_line(err)}; export it again"
+            ) from None
+        finally:
+            self.reset()
+        if not np.all(np.isfinite(action)):
+            raise DeployError(f"{where} answers a zero observation with non-finite actions (NaN/inf weights?)")
+
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         obs = np.asarray(obs, dtype=np.float32)
+        if not np.all(np.isfinite(obs)):
+            bad = np.flatnonzero(~np.isfinite(obs))
+            raise NonFiniteObservation(f"observation entries {bad[:8].tolist()} are not finite: {obs[bad[:8]]}")
         if not self.history:
             self.history.extend([obs] * self.history.maxlen)  # a new episode: the first frame fills the history
         else:
@@ -54,7 +101,10 @@ class ExportedPolicy:
         if self.cursor >= self.act_steps:
             batch = np.stack(self.history)[None] if self.history_len else obs[None]
             inputs = (batch,) if self.base is None else (batch, self.base(obs)[None])
-            self.chunk, self.cursor = np.asarray(self.run(*inputs))[0].reshape(-1, self.action_dim), 0
+            chunk = np.asarray(self.run(*inputs))
+            if chunk.ndim != 3 or chunk.shape[-1] != self.action_dim:
+                raise ValueError(f"{self.path} answered actions of shape {chunk.shape}, not [1, H, {self.action_dim}]")
+            self.chunk, self.cursor = chunk[0], 0
         action = self.chunk[self.cursor]
         self.cursor += 1
         return action
@@ -77,6 +127,9 @@ class QuadrupedAdapter:
         self.low, self.high = ranges[:, 0].copy(), ranges[:, 1].copy()
         self.action_dim = 12
         self.default_pose = STAND_QPOS.copy()
+        probe = RobotState(0.0, STAND_QPOS.copy(), np.zeros(12), imu_quat=np.array([1.0, 0, 0, 0]), gyro=np.zeros(3))
+        self.obs_dim = len(self.observation(probe, np.zeros(12)))
+        """Size D of the observations it builds."""
 
     def observation(self, state: RobotState, last_action: np.ndarray) -> np.ndarray:
         rows = [state.gyro, state.imu_quat, np.asarray(self.velocity_command), state.joint_pos, state.joint_vel]
@@ -114,6 +167,8 @@ class ArmAdapter:
         self.default_pose = HOME_QPOS.copy()
         self.vars = {k: np.asarray(v) for k, v in self.task.reset_vars(1, np.asarray(goal, float)[None], np).items()}
         self._twin: TaskState | None = None
+        self.obs_dim = self._observation_size()
+        """Size D of the observations it builds."""
 
     def set_goal(self, goal: np.ndarray) -> None:
         self.vars["goal"] = np.asarray(goal, dtype=np.float64)[None]
@@ -146,9 +201,23 @@ class ArmAdapter:
     def pose_command(self, position: np.ndarray) -> Command:
         return Command(position=np.asarray(position, dtype=np.float64))
 
+    def _observation_size(self) -> int:
+        """D of the task's observations, from the scratch copy of the twin at the home pose (leaves the twin be)."""
+        scratch = self._scratch
+        scratch.qpos[self.task.arm_qpos], scratch.qpos[self.task.finger_qpos] = self.default_pose, FINGER_OPEN
+        mujoco.mj_forward(self.task.model, scratch)
+        phys = {name: np.array(getattr(scratch, name))[None] for name in self.task.physics_fields}
+        return int(self.task.observe(TaskState(phys, self.vars), np)["policy"].shape[-1])
+
     def forward_kinematics(self, joint_pos: np.ndarray) -> np.ndarray:
         """The TCP position [3] (m, base frame) of joint positions [7], on a scratch copy of the twin."""
         scratch = self._scratch
         scratch.qpos[self.task.arm_qpos] = joint_pos
         mujoco.mj_kinematics(self.task.model, scratch)
         return scratch.site("tcp").xpos.copy()
+
+
+def _one_line(err: BaseException, limit: int = 300) -> str:
+    """An exception as one line: its type and its message's words (onnxruntime's span lines), cut at `limit`."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:limit]}{'…' if len(text) > limit else ''}"

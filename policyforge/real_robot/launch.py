@@ -6,25 +6,34 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
+import re
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from policyforge.config import ConfigError
-from policyforge.real_robot.deploy import ArmAdapter, ExportedPolicy, QuadrupedAdapter
+from policyforge.config import ConfigError, check
+from policyforge.policies.export import run_checkpoint, stale_reason
+from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 
 ROBOTS = {"go2": "quadruped-walk", "franka": "arm-reach"}
 """Robots `deploy` drives → the task their policies are trained on."""
+PEER_START_S = 60.0
+"""How long a simulated peer may take to start, s: the Go2 peer's first facts came after 3.7–4.0 s on a 2-core
+machine at load 3, close to the driver's 5 s connect timeout, which its start-up raced (deploy waits for them)."""
+DDS_DOMAINS = range(0, 233)
+"""DDS domain ids that map to valid ports with the standard port mapping (0–232)."""
 
 
 @dataclasses.dataclass
@@ -58,22 +67,80 @@ class DeployConfig:
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     """Safety-filter thresholds."""
 
+    def __post_init__(self) -> None:
+        check(self.robot in ROBOTS, "robot", f"unknown robot {self.robot!r}; drivers: {sorted(ROBOTS)}")
+        check(self.peer in (None, "sim"), "peer", f"unknown peer {self.peer!r}; use 'sim' or leave it out for hardware")
+        check(
+            isinstance(self.seconds, int | float) and math.isfinite(self.seconds) and self.seconds > 0,
+            "seconds",
+            f"must be a finite number of seconds > 0, got {self.seconds!r}",
+        )
+        for name, unit in (("velocity_command", "m/s, m/s, rad/s"), ("goal", "m")):
+            value = getattr(self, name)
+            check(
+                len(value) == 3 and all(math.isfinite(float(v)) for v in value),
+                name,
+                f"must be three finite numbers ({unit}), got {value!r}",
+            )
+        check(self.arm_mode in ("joint", "cartesian"), "arm_mode", f"must be joint or cartesian, got {self.arm_mode!r}")
+        check(
+            self.domain_id is None or self.domain_id in DDS_DOMAINS,
+            "domain_id",
+            f"must be a DDS domain id in [0, 232] (the standard port mapping), got {self.domain_id!r}",
+        )
+        for name in ("interface", "host"):
+            value = getattr(self, name)
+            check(
+                bool(re.fullmatch(r"[A-Za-z0-9_.:-]+", value)),
+                name,
+                f"must be a {'network interface name (lo, eth0)' if name == 'interface' else 'host name or IP address'}"
+                f", got {value!r}",
+            )
 
-def resolve_policy(source: Path) -> Path:
-    """The exported policy file of `source`: the file itself, or a run's export/policy.onnx (made if missing)."""
+
+def resolve_policy(source: Path, say: Callable[[str], None] = print) -> Path:
+    """The exported policy file of `source`: the file itself, or a run's export/policy.onnx, exported again when it
+    is missing or not the export of the run's current checkpoint (`policies.export.stale_reason`). `say` is told
+    which export runs, and why a run was exported again."""
     source = Path(source)
     if source.is_file():
+        _describe_export(source, say)
         return source
     if not (source / "config.yaml").is_file():
         raise FileNotFoundError(f"{source} is neither an exported policy (.onnx/.pt) nor a run directory")
-    exported = source / "export" / "policy.onnx"
-    if not exported.is_file():
+    exported, checkpoint = source / "export" / "policy.onnx", run_checkpoint(source)
+    if not checkpoint.is_file():
+        raise DeployError(f"{source} has no checkpoint ({checkpoint} is missing): was the run started?")
+    reason = stale_reason(exported, checkpoint, source) if exported.is_file() else "no export yet"
+    if reason is not None:
+        say(f"exporting {source} to {exported} ({reason})")
         command = [sys.executable, "-m", "policyforge.cli", "export", str(source), "--format", "onnx"]
         done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:  # the export's own message (e.g. an unusable checkpoint) says why
-            raise ConfigError("source", f"exporting {source} failed: {(done.stdout + done.stderr).strip()}")
-        sys.stdout.write(done.stdout)
+        if done.returncode != 0:  # the export's own message (a NaN policy, an unusable checkpoint) says why
+            output = done.stdout.strip() or done.stderr.strip()[-2000:]
+            raise DeployError(f"exporting {source} failed, nothing was deployed:\n{output}")
+        reason = stale_reason(exported, checkpoint, source)
+        if reason is not None:
+            raise DeployError(f"{exported} is still not the export of {checkpoint} after exporting it: {reason}")
+    _describe_export(exported, say)
     return exported
+
+
+def _describe_export(path: Path, say: Callable[[str], None]) -> None:
+    """Say which export runs and what it was made from; warn when it is older than its run's checkpoint."""
+    description = path.with_suffix(".json")
+    spec = json.loads(description.read_text()) if description.is_file() else {}
+    source = spec.get("source") if isinstance(spec.get("source"), dict) else None
+    made_from = f"{source['checkpoint']}, sha256 {str(source['sha256'])[:12]}…" if source else "checkpoint unknown"
+    say(f"policy: {path} (exported from {made_from})")
+    run_dir = path.resolve().parent.parent
+    if (run_dir / "config.yaml").is_file() and run_checkpoint(run_dir).is_file():
+        reason = stale_reason(path, run_checkpoint(run_dir), run_dir)
+        if reason is not None:
+            say(
+                f"warning: {path} is not the export of {run_dir}'s current checkpoint: {reason}; "
+                f"deploy {run_dir} to export it again"
+            )
 
 
 @contextlib.contextmanager
@@ -127,25 +194,26 @@ def free_domain_id() -> int:
     return random.SystemRandom().randint(100, 230)
 
 
-def deploy(config: DeployConfig) -> tuple[LoopReport, dict]:
+def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> tuple[LoopReport, dict]:
     """Run the deployment; returns the loop's report and facts: a Go2 peer's final facts, an arm's final
-    end-effector position and its distance to the goal."""
-    if config.robot not in ROBOTS:
-        raise ConfigError("robot", f"unknown robot {config.robot!r}; drivers: {sorted(ROBOTS)}")
-    if config.peer not in (None, "sim"):
-        raise ConfigError("peer", f"unknown peer {config.peer!r}; use 'sim' or leave it out for hardware")
-    policy = ExportedPolicy(resolve_policy(config.source))
+    end-effector position and its distance to the goal. Everything that can be checked without the robot (the
+    export, its sizes against the robot's adapter, the command or goal) is checked before connecting. `say`
+    is told which export runs."""
+    policy = ExportedPolicy(resolve_policy(config.source, say))
     task = policy.spec.get("task")
     if task != ROBOTS[config.robot]:
         raise ConfigError("robot", f"{config.robot} runs {ROBOTS[config.robot]} policies; this one is for {task!r}")
     policy_rate = 1.0 / float(policy.spec["control_dt"])
     domain = config.domain_id if config.domain_id is not None else (free_domain_id() if config.peer else 0)
+    robot, adapter, safety_config, rate = _robot_and_adapter(config, policy, domain, policy_rate)
+    _check_before_connecting(config, policy, adapter, robot.spec)
     with contextlib.ExitStack() as stack:
         facts_path = None
         if config.peer == "sim":
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="policyforge-peer-")))
             facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
-        robot, adapter, safety_config, rate = _robot_and_adapter(config, policy, domain, policy_rate)
+            if config.robot == "go2":
+                _wait_for_facts(facts_path)
         with robot:
             safety = SafetyFilter(robot.spec, safety_config, getattr(adapter, "forward_kinematics", None))
             loop_config = LoopConfig(rate_hz=rate, policy_rate_hz=policy_rate, seconds=config.seconds)
@@ -163,6 +231,50 @@ def deploy(config: DeployConfig) -> tuple[LoopReport, dict]:
             time.sleep(0.2)  # the peer writes its facts ten times a second
             facts = read_facts(facts_path)
     return report, facts
+
+
+def _wait_for_facts(facts_path: Path, timeout: float = PEER_START_S) -> None:
+    """Wait until a simulated peer writes its first facts (it publishes robot states from then on)."""
+    deadline = time.monotonic() + timeout
+    while not read_facts(facts_path):
+        if time.monotonic() > deadline:
+            raise DeployError(
+                f"the simulated peer wrote no facts to {facts_path} within {timeout:.0f} s: did it start?"
+            )
+        time.sleep(0.1)
+
+
+def _check_before_connecting(config: DeployConfig, policy: ExportedPolicy, adapter, spec) -> None:
+    """The export's sizes against the robot's task adapter; the command within what the policy was trained on
+    (Go2) or the goal inside the workspace box (arms); on hardware, the network interface and the sport mode."""
+    policy.check_sizes(adapter.obs_dim, adapter.action_dim, config.robot)
+    if config.robot == "go2":
+        task = adapter.task
+        ranges = {"vx": task.command_x, "vy": task.command_y, "yaw_rate": task.command_yaw}
+        for (name, (low, high)), value in zip(ranges.items(), config.velocity_command, strict=True):
+            check(
+                low <= value <= high,
+                "velocity_command",
+                f"{name}={value:g} is outside the range the policy was trained on, [{low:g}, {high:g}] "
+                "(its task_options command_x / command_y / command_yaw)",
+            )
+        if config.peer is None:
+            interfaces = sorted(name for _, name in socket.if_nameindex())
+            check(config.interface in interfaces, "interface", f"no {config.interface!r} here; have {interfaces}")
+            check(
+                config.interface == "lo" or config.motion_mode_released,
+                "motion_mode_released",
+                "release the Go2's sport mode first (Unitree app or MotionSwitcherClient.ReleaseMode()) and say so; "
+                "otherwise its controller fights the low-level commands",
+            )
+    elif spec.workspace_low is not None:
+        goal = np.asarray(config.goal)
+        check(
+            bool(np.all(goal >= spec.workspace_low) and np.all(goal <= spec.workspace_high)),
+            "goal",
+            f"{tuple(config.goal)} is outside the {spec.name} workspace box {spec.workspace_low.tolist()} – "
+            f"{spec.workspace_high.tolist()} m",
+        )
 
 
 def _robot_and_adapter(config: DeployConfig, policy: ExportedPolicy, domain: int, policy_rate: float):

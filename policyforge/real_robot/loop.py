@@ -3,14 +3,19 @@
 Deadlines are `start + k · period` (no drift); a tick that wakes more than a period late counts as an overrun
 and the loop skips to the next deadline on the grid. The policy runs in a worker thread: the loop waits for
 its action at most `policy_budget` of a policy period, so a stalled policy never stalls the commands — the
-safety filter sees no fresh command and falls back to the safe mode. SIGINT/SIGTERM stop the loop between
-ticks; an exception latches the e-stop and sends the safe command before it propagates.
+safety filter sees no fresh command and falls back to the safe mode. A non-finite observation is refused before
+the policy sees it (a normaliser would clamp it into a finite, plausible action), and a policy that raises is
+a policy that gave no action: either way the filter sees no fresh command, and the cause is counted, logged and
+named in the report (`LoopReport.estop_cause`, `causes`). SIGINT/SIGTERM stop the loop between ticks; an
+exception latches the e-stop and sends the safe command before it propagates.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import logging
 import signal
 import threading
 import time
@@ -22,6 +27,8 @@ import numpy as np
 from policyforge.config import check
 from policyforge.real_robot.robot import Command, Robot, RobotState
 from policyforge.real_robot.safety import Filtered, SafetyFilter
+
+log = logging.getLogger("policyforge.loop")
 
 
 class TaskAdapter(Protocol):
@@ -79,12 +86,23 @@ class LoopReport:
     overruns: int
     """Ticks that woke more than a period late (skipped deadlines)."""
     interventions: dict[str, int]
-    """Safety-filter interventions by reason."""
+    """Safety-filter interventions by reason, and the policy steps the loop itself gave no action for:
+    non_finite_observation (refused before the policy ran), policy_error (it raised), policy_late (no answer
+    within its budget)."""
     final_mode: str
     observations: np.ndarray
     """What the policy saw, [T, D]."""
     actions: np.ndarray
     """What it answered, [T, A] (before the safety filter)."""
+    estop_cause: str | None = None
+    """Why the e-stop latched: the filter's faults at that tick and the cause behind them, e.g. "stale_command
+    after policy_error: RuntimeError: …"; None when it did not latch."""
+    causes: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The first message of each reason the loop gave no action for (see `interventions`)."""
+
+
+class PolicyError(RuntimeError):
+    """The policy raised; the message is its exception's (chained as the cause)."""
 
 
 class PolicyWorker:
@@ -94,6 +112,7 @@ class PolicyWorker:
         self.policy = policy
         self._request: np.ndarray | None = None
         self._result: np.ndarray | None = None
+        self._error: Exception | None = None
         self._busy = False
         self._cv = threading.Condition()
         self._closed = False
@@ -105,17 +124,19 @@ class PolicyWorker:
         with self._cv:
             if self._busy:
                 return False
-            self._request, self._result, self._busy = obs, None, True
+            self._request, self._result, self._error, self._busy = obs, None, None, True
             self._cv.notify_all()
             return True
 
     def result(self, timeout: float) -> np.ndarray | None:
-        """The answer to the last request, waiting at most `timeout` s; None if not ready (or the policy
-        raised: a crashing policy is a stalled policy, the safety filter handles it)."""
+        """The answer to the last request, waiting at most `timeout` s; None if not ready. PolicyError if the
+        policy raised on it (once)."""
         with self._cv:
             self._cv.wait_for(lambda: not self._busy, timeout=timeout)
-            result, self._result = self._result, None
-            return result
+            result, error, self._result, self._error = self._result, self._error, None, None
+        if error is not None:  # one line: onnxruntime's messages span several
+            raise PolicyError(f"{type(error).__name__}: {' '.join(str(error).split())[:500]}") from error
+        return result
 
     def close(self) -> None:
         with self._cv:
@@ -129,13 +150,77 @@ class PolicyWorker:
                 if self._closed:
                     return
                 obs, self._request = self._request, None
+            action = error = None
             try:
                 action = np.asarray(self.policy(obs), dtype=np.float64)
-            except Exception:
-                action = None
+            except Exception as err:  # handed to the loop (`result`), which names it as the cause
+                error = err
             with self._cv:
-                self._result, self._busy = action, False
+                self._result, self._error, self._busy = action, error, False
                 self._cv.notify_all()
+
+
+class PolicySteps:
+    """The loop's observation → policy → action step: refuses non-finite observations before the policy runs,
+    runs the policy in a `PolicyWorker` within `budget` s, and passes its action through the safety filter's
+    action check. When no action comes, the reason is counted (`counts`), logged (at most once a second per
+    reason) and kept as the current cause, which names the e-stop if one latches (`note`)."""
+
+    def __init__(self, policy: Callable[[np.ndarray], np.ndarray], safety: SafetyFilter, budget: float):
+        self.worker, self.safety, self.budget = PolicyWorker(policy), safety, budget
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.causes: dict[str, str] = {}
+        """The first message of each reason."""
+        self.estop_cause: str | None = None
+        self._since_accepted: dict[str, str] = {}
+        """Why no action came since the last accepted one: the first message of each reason, in order."""
+        self._logged: dict[str, float] = {}
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray | None:
+        """The policy's action [A] for observation [D], or None (counted and named) when there is none."""
+        if not np.all(np.isfinite(obs)):
+            bad = np.flatnonzero(~np.isfinite(obs))
+            return self._refuse(
+                "non_finite_observation", f"observation entries {bad[:8].tolist()} are {obs[bad[:8]].tolist()}"
+            )
+        try:
+            ready = self.worker.submit(obs)  # False: still busy with an older request; take its answer if ready
+            action = self.worker.result(timeout=self.budget if ready else 0.0)
+        except PolicyError as err:
+            return self._refuse("policy_error", str(err), err)
+        if action is None:
+            return self._refuse("policy_late", f"no action within {self.budget * 1e3:.1f} ms")
+        before = self.safety.counts.copy()
+        if not self.safety.check_action(action, time.monotonic()):  # counted by the filter under its own reasons
+            refused = " and ".join(sorted(self.safety.counts - before)) or "refused"
+            self._since_accepted.setdefault(refused, "the safety filter refused the policy's action")
+            return None
+        self._since_accepted.clear()
+        return action
+
+    def note(self, filtered: Filtered) -> None:
+        """Name the cause of the e-stop when it latches (the filter's faults at that tick, and the cause behind)."""
+        if filtered.mode == "estop" and self.estop_cause is None:
+            self.estop_cause = self.describe([r for r in filtered.reasons if r != "estop"])
+
+    def describe(self, faults: list[str] | None = None) -> str:
+        """`faults` (the filter's reasons) and what kept the policy's actions away since the last accepted one,
+        e.g. "stale_command after policy_error: RuntimeError: …"."""
+        cause = "; ".join(f"{reason}: {message}" for reason, message in self._since_accepted.items())
+        return " after ".join(t for t in (" and ".join(faults or []), cause) if t) or "the safety filter latched it"
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def _refuse(self, reason: str, message: str, error: BaseException | None = None) -> None:
+        self.counts[reason] += 1
+        self.causes.setdefault(reason, message)
+        self._since_accepted.setdefault(reason, message)
+        now = time.monotonic()
+        if now - self._logged.get(reason, -np.inf) >= 1.0:
+            self._logged[reason] = now
+            cause = error.__cause__ if error is not None and self.counts[reason] == 1 else None
+            log.error("no policy action (%s, %d so far): %s", reason, self.counts[reason], message, exc_info=cause)
 
 
 class ControlLoop:
@@ -156,6 +241,7 @@ class ControlLoop:
         self.on_tick = on_tick
         self.report: LoopReport | None = None
         """The last run's report, also when it ended with an exception (up to that tick)."""
+        self._steps: PolicySteps | None = None
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -169,7 +255,7 @@ class ControlLoop:
         decimation = round(config.rate_hz / config.policy_rate_hz)
         prepare_ticks = round(config.prepare_seconds * config.rate_hz)
         total = None if config.seconds is None else prepare_ticks + round(config.seconds * config.rate_hz)
-        worker = PolicyWorker(self.policy)
+        self._steps = steps = PolicySteps(self.policy, self.safety, config.policy_budget * period * decimation)
         lateness, observations, actions = [], [], []
         last_action = np.zeros(self.adapter.action_dim)
         ramp_from = self.robot.observe().joint_pos.copy()
@@ -194,16 +280,14 @@ class ControlLoop:
                     elif tick >= next_policy_tick:
                         next_policy_tick = prepare_ticks + ((tick - prepare_ticks) // decimation + 1) * decimation
                         obs = self.adapter.observation(state, last_action)
-                        if worker.submit(obs):
-                            action = worker.result(timeout=config.policy_budget * period * decimation)
-                        else:  # still busy with an older request: take its answer if it is ready now
-                            action = worker.result(timeout=0.0)
-                        if action is not None and self.safety.check_action(action, time.monotonic()):
+                        action = steps(obs)
+                        if action is not None:
                             observations.append(obs)
                             actions.append(action)
                             last_action = np.clip(action, -1.0, 1.0)
                             command = self.adapter.command(action)
                     filtered = self.safety(command, state, time.monotonic())
+                    steps.note(filtered)
                     self.robot.send(filtered.command)
                     if self.on_tick is not None:
                         self.on_tick(tick, state, filtered)
@@ -212,11 +296,13 @@ class ControlLoop:
                 self._send_safe("exception in the control loop")
                 raise
             finally:
-                worker.close()
+                steps.close()
                 self.report = self._report(tick, lateness, overruns, observations, actions)
         return self.report
 
     def _send_safe(self, reason: str) -> None:
+        if self._steps.estop_cause is None:
+            self._steps.estop_cause = reason
         with contextlib.suppress(Exception):
             now = time.monotonic()
             self.safety.trigger_estop(reason, now)
@@ -235,10 +321,12 @@ class ControlLoop:
                 "max": float(late_ms.max()),
             },
             overruns=overruns,
-            interventions=dict(self.safety.counts),
+            interventions=dict(self.safety.counts + self._steps.counts),
             final_mode="estop" if self.safety.estopped else "normal",
             observations=np.asarray(observations, dtype=np.float32),
             actions=np.asarray(actions, dtype=np.float32),
+            estop_cause=(self._steps.estop_cause or self._steps.describe()) if self.safety.estopped else None,
+            causes=dict(self._steps.causes),
         )
 
 
