@@ -38,7 +38,4 @@ class Peer:
 def go2_peer(tmp_path):
     domain = free_domain_id()
     with simulated_peer("go2", domain, tmp_path / "peer.json") as facts_path:
-        peer = Peer(domain, facts_path)
-        # it writes its first facts once it serves; on a loaded machine its imports alone can take 5 s
-        peer.wait_for(lambda facts: facts["steps"] > 0, timeout=60)
-        yield peer
+        yield Peer(domain, facts_path)
