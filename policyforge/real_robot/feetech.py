@@ -189,13 +189,33 @@ class FeetechArm(Robot):
         self.stats = {"failed_reads": 0, "failed_writes": 0}
 
     def connect(self, timeout: float = 5.0) -> None:
+        """Ping every servo and read the pose, retrying for up to `timeout` s (a servo that misses a reply is
+        asked again); then hold the pose with torque on."""
         self.bus = FeetechBus(self.config.port, self.config.baudrate, self.ids, self.config.reply_timeout)
-        absent = [name for name, servo in zip(self.config.motors, self.ids, strict=True) if not self.bus.ping(servo)]
-        if absent:
-            self.bus.close()
-            raise ConnectionError(f"Feetech: no answer from {absent} on {self.config.port} (check power and ids)")
-        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, self.bus.positions(), strict=True)))  # hold
+        deadline = time.monotonic() + timeout
+        absent = dict(zip(self.config.motors, self.ids, strict=True))
+        while absent:
+            absent = {name: servo for name, servo in absent.items() if not self.bus.ping(servo, attempts=1)}
+            if absent and time.monotonic() > deadline:
+                self.bus.close()
+                raise ConnectionError(
+                    f"Feetech: no answer from {list(absent)} on {self.config.port} within {timeout} s "
+                    "(check power and ids)"
+                )
+        while (pose := self._read_pose(deadline)) is None:
+            pass
+        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, pose, strict=True)))  # hold
         self.bus.write_each(TORQUE_ENABLE, dict.fromkeys(self.ids, 1), size=1)
+
+    def _read_pose(self, deadline: float) -> np.ndarray | None:
+        """The present positions (raw), or None to try again; past `deadline` the failure is raised."""
+        try:
+            return self.bus.positions()
+        except ConnectionError:
+            if time.monotonic() > deadline:
+                self.bus.close()
+                raise
+            return None
 
     def observe(self) -> RobotState:
         """The joints now; when the bus does not answer, the last reading (its stamp shows its age)."""

@@ -133,7 +133,7 @@ def test_a_missing_servo_is_named(bus_peer, calibrated, tmp_path):
     moved = tmp_path / "moved.json"
     moved.write_text(json.dumps(motors))
     with pytest.raises(ConnectionError, match=r"no answer from \['gripper'\]"):
-        FeetechArm(arm_config(bus_peer.port, moved)).connect()
+        FeetechArm(arm_config(bus_peer.port, moved)).connect(timeout=1.0)
     with pytest.raises(FileNotFoundError, match="record_calibration"):
         FeetechArm(arm_config(bus_peer.port, tmp_path / "none.json"))
 

@@ -91,10 +91,14 @@ def test_franky_sim_listens_on_the_loopback_but_its_udp_socket_on_every_interfac
     from policyforge.real_robot.franka import Franka, FrankaConfig
 
     command = [str(Path(sys.executable).with_name("franky-sim")), "-s", "mujoco", "--hostname", "127.0.0.1"]
-    with running(command, stdout=subprocess.DEVNULL) as peer, Franka(FrankaConfig()) as robot:
-        robot.observe()
-        found = sockets_once(peer.pid, lambda found: any(s.protocol == "udp" for s in found))
-        driver = process_sockets(os.getpid())
+    with running(command, stdout=subprocess.DEVNULL) as peer:
+        robot = Franka(FrankaConfig())
+        robot.connect(timeout=90.0)  # franky-sim starts in ~2 s idle, far slower on a loaded machine
+        try:
+            found = sockets_once(peer.pid, lambda found: any(s.protocol == "udp" for s in found))
+            driver = process_sockets(os.getpid())
+        finally:
+            robot.disconnect()
     assert {1337, 1338} <= {s.port for s in found if s.listening and s.address == "127.0.0.1"}, found
     assert [(s.protocol, s.address) for s in exposed(found)] == [("udp", "0.0.0.0")], found
     assert exposed(driver) == [], driver
