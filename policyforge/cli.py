@@ -185,11 +185,13 @@ COLLECT_FLAGS = {
     "sim.task": "task",
     "episodes": "--episodes",
     "num_envs": "--envs",
+    "seed": "--seed",
     "action_noise": "--noise",
     "hesitation": "--hesitation",
     "cameras": "--cameras",
     "image_size": "--image-size",
     "out": "--out",
+    "overwrite": "--overwrite",
     "only_successful": "--only-successful",
     "policy": "--policy",
 }

@@ -99,7 +99,10 @@ def test_collect_writes_a_dataset_that_reads_back(tmp_path, capsys):
         (["arm-reach", "--hesitation", "1.5"], "--hesitation: is a per-step probability"),
         (["arm-reach", "--cameras", "top"], "--cameras: unknown ['top']"),
         (["arm-reach", "--image-size", "big"], "--image-size: give SIZE or WIDTHxHEIGHT"),
-        (["arm-reach", "--envs", "0"], "--envs: must be ≥ 1"),
+        (["arm-reach", "--envs", "0"], "--envs: must be in [1, 4096]"),
+        (["arm-reach", "--noise", "nan"], "--noise: is a standard deviation, finite and ≥ 0; got nan"),
+        (["arm-reach", "--noise", "inf"], "--noise: is a standard deviation, finite and ≥ 0; got inf"),
+        (["arm-reach", "--seed", "-1"], "--seed: must be ≥ 0"),
         (["pendulum-swingup"], "task: no scripted expert for 'pendulum-swingup'"),
     ],
 )
@@ -134,3 +137,16 @@ def test_the_bc_recipe_trains_evaluates_films_and_exports(tmp_path, capsys):
     assert main(["export", str(run), "--format", "onnx"]) == 0
     spec = json.loads((run / "export" / "policy.json").read_text())
     assert spec["chunk_len"] == 8 and spec["n_obs_steps"] == 2 and spec["inputs"]["obs"] == [2, 32]
+
+
+def test_bc_on_a_dataset_without_episodes_names_the_dataset(tmp_path, capsys):
+    from policyforge.data.dataset import DemoWriter
+
+    DemoWriter(tmp_path / "empty", fps=25, state_dim=32, action_dim=5, task_name="arm-lift-cube")  # nothing committed
+    train = ["train", "configs/arm-lift-cube-flow-bc.yaml", f"bc.dataset={tmp_path / 'empty'}", f"out_dir={tmp_path}"]
+    assert main(train) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"bc.dataset: {tmp_path / 'empty'} holds no episodes" in printed
+        and "policyforge collect arm-lift-cube" in printed
+    )

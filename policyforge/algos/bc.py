@@ -20,7 +20,7 @@ from diffusers.optimization import get_cosine_schedule_with_warmup
 
 from policyforge.algos.base import Algorithm, StepCallback
 from policyforge.config import ConfigError, check
-from policyforge.data.dataset import Demonstrations
+from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.data.layout import ACTION, STATE
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
@@ -186,10 +186,19 @@ def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[
             "bc.dataset",
             f"{path} does not exist; write it with `policyforge collect {task} --episodes 100 --out {path}`",
         )
-    demos = Demonstrations(path)
+    try:
+        demos = Demonstrations(path)
+    except DatasetError as err:
+        raise ConfigError("bc.dataset", str(err)) from None
     recorded = demos.info.get("policyforge", {}).get("task")
     if recorded is not None and recorded != task:
         raise ConfigError("bc.dataset", f"{path} holds demonstrations of {recorded!r}, not sim.task={task!r}")
+    check(
+        demos.num_episodes > 0,
+        "bc.dataset",
+        f"{path} holds no episodes (a recording stopped before its first one?): record some with "
+        f"`policyforge collect {task} --episodes 100 --out {path}`",
+    )
     state_dim, action_dim = demos.column(STATE).shape[1], demos.column(ACTION).shape[1]
     check(
         (state_dim, action_dim) == (env.obs_shapes["policy"][0], env.action_dim),

@@ -194,11 +194,17 @@ def dataset_stats(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, list]]:
 # ---- tables ------------------------------------------------------------------------------------------------------
 
 
-def read_episode_rows(root: Path) -> list[dict[str, Any]]:
-    """Committed episodes: the rows of every episodes-metadata file, by episode_index."""
+def read_episode_rows(root: Path) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Committed episodes: the rows of every readable episodes-metadata file, by episode_index; and the
+    episodes-metadata files that cannot be read."""
     paths = sorted(p for p in (root / EPISODES_DIR).glob("chunk-*/file-*.parquet") if not p.name.startswith("."))
-    rows = [row for path in paths for row in pq.read_table(path).to_pylist()]
-    return sorted(rows, key=lambda row: row["episode_index"])
+    rows, unreadable = [], []
+    for path in paths:
+        try:
+            rows += pq.read_table(path).to_pylist()
+        except (OSError, pa.ArrowException):
+            unreadable.append(path)
+    return sorted(rows, key=lambda row: row["episode_index"]), unreadable
 
 
 def frame_table(columns: dict[str, np.ndarray]) -> pa.Table:
