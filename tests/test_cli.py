@@ -139,14 +139,26 @@ def test_the_bc_recipe_trains_evaluates_films_and_exports(tmp_path, capsys):
     assert spec["chunk_len"] == 8 and spec["n_obs_steps"] == 2 and spec["inputs"]["obs"] == [2, 32]
 
 
-def test_bc_on_a_dataset_without_episodes_names_the_dataset(tmp_path, capsys):
+def test_bc_dataset_problems_are_config_errors_on_bc_dataset(tmp_path, capsys):
+    """No episodes, a file, a directory that is not a dataset, a damaged data file: each names bc.dataset."""
     from policyforge.data.dataset import DemoWriter
 
     DemoWriter(tmp_path / "empty", fps=25, state_dim=32, action_dim=5, task_name="arm-lift-cube")  # nothing committed
-    train = ["train", "configs/arm-lift-cube-flow-bc.yaml", f"bc.dataset={tmp_path / 'empty'}", f"out_dir={tmp_path}"]
-    assert main(train) == 2
-    printed = " ".join(capsys.readouterr().out.split())
-    assert (
-        f"bc.dataset: {tmp_path / 'empty'} holds no episodes" in printed
-        and "policyforge collect arm-lift-cube" in printed
-    )
+    (tmp_path / "a-file").write_text("not a dataset")
+    (tmp_path / "not-a-dataset").mkdir()
+    damaged = tmp_path / "damaged"
+    assert main(["collect", "arm-lift-cube", "episode_seconds=0.4", "--episodes", "2", "--out", str(damaged)]) == 0
+    train = ["train", "configs/arm-lift-cube-flow-bc.yaml", f"out_dir={tmp_path / 'runs'}", "runner.eval_envs=1"]
+    assert main([*train, f"bc.dataset={damaged}", "bc.max_episodes=5"]) == 2
+    assert "set bc.max_episodes to at most 2 (0: all)" in " ".join(capsys.readouterr().out.split())
+    data_file = damaged / "data/chunk-000/file-001.parquet"
+    data_file.write_bytes(data_file.read_bytes()[:300])
+    for dataset, message in [
+        ("empty", "holds no episodes: record some with `policyforge collect arm-lift-cube --episodes 100"),
+        ("a-file", "a-file is a file; a dataset is a directory"),
+        ("not-a-dataset", "is not a LeRobotDataset"),
+        ("damaged", "file-001.parquet, a file of episode 1, is damaged: it cannot be read"),
+    ]:
+        assert main([*train, f"bc.dataset={tmp_path / dataset}"]) == 2
+        printed = " ".join(capsys.readouterr().out.split())
+        assert f"bc.dataset: {tmp_path / dataset}" in printed and message in printed, printed

@@ -2,9 +2,9 @@
 
 `Runner.start` writes the marker (`.policyforge-run.json`: created_by, version, kind, created) into every run
 directory it starts, and starts only in a directory that is new, empty, or a marked run that never checkpointed.
-`reclaim` empties a marked run of one kind (the demo's, which always starts afresh) for a new start: it deletes
-only the entries policyforge writes (`RUN_FILES`, `RUN_FOLDERS` and their temp files) and refuses, deleting
-nothing, a directory without the marker, of another kind, or holding anything else.
+`reclaim` empties a marked run of one kind (`policyforge demo`'s, or a benchmark's, which start afresh) for a
+new start: it deletes only the entries policyforge writes (`RUN_FILES`, `RUN_FOLDERS` and their temp files) and
+refuses, deleting nothing, a directory without the marker, of another kind, or holding anything else.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import policyforge
 from policyforge.algos.logger import METRICS_FILE
 from policyforge.algos.run_lock import LOCK_FILE, RunLock
 from policyforge.errors import UserError
-from policyforge.io import write_json
+from policyforge.io import temp_target, write_json
 
 MARKER = ".policyforge-run.json"
-RunKind = Literal["train", "demo"]
+RunKind = Literal["train", "demo", "bench"]
 RUN_FILES = ("config.yaml", METRICS_FILE, "summary.json", LOCK_FILE, MARKER)
 """Files policyforge writes at the top of a run directory (the runner, the logger, the run lock)."""
 RUN_FOLDERS = {
@@ -32,22 +32,13 @@ RUN_FOLDERS = {
     "videos": ("*.mp4",),  # eval_<steps>.mp4, eval_cli.mp4
     "plots": ("*.png",),
     "tensorboard": ("events.out.tfevents.*",),
-    "export": ("policy.*", ".policy.*"),  # policyforge export / deploy: policy.onnx|.pt and policy.json
+    "export": ("policy.*",),  # policyforge export / deploy: policy.onnx|.pt and policy.json
 }
 """Folders policyforge writes in a run directory, with the names of the files it writes in them."""
 
 
-PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
-"""What a name policyforge turns into a path component (a run's name) may hold."""
-
-
 class RunDirError(UserError):
     """A run directory cannot be used or deleted: policyforge did not create it, or it holds other files."""
-
-
-def is_plain_name(name: str) -> bool:
-    """One plain path component: letters, digits, '.', '_', '-', and not '.' or '..'."""
-    return bool(PLAIN_NAME.fullmatch(name)) and name not in (".", "..")
 
 
 def plain_name_message(name: str) -> str:
@@ -98,7 +89,7 @@ def foreign_entries(run_dir: Path) -> list[str]:
                 for item in sorted(entry.iterdir())
                 if not (item.is_file() and not item.is_symlink() and _matches(item.name, patterns))
             ]
-        elif not (entry.is_file() and not entry.is_symlink() and _matches(entry.name, _TOP_LEVEL)):
+        elif not (entry.is_file() and not entry.is_symlink() and _matches(entry.name, RUN_FILES)):
             foreign.append(entry.name + ("/" if entry.is_dir() else ""))
     return foreign
 
@@ -162,17 +153,10 @@ def reclaim(run_dir: Path, kind: RunKind) -> RunLock | None:
     return lock
 
 
-def _temp_pattern(name: str) -> str:
-    """The temp files `io.atomic_path` writes beside `name`: .<stem>.<random><suffix>."""
-    path = Path(name)
-    return f".{path.stem}.*{path.suffix}"
-
-
-_TOP_LEVEL = (*RUN_FILES, *(_temp_pattern(name) for name in RUN_FILES))
-
-
 def _matches(name: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    """Whether `name`, or the file it is a temp file of, matches one of `patterns`."""
+    names = [candidate for candidate in (name, temp_target(name)) if candidate]
+    return any(fnmatch.fnmatchcase(candidate, pattern) for candidate in names for pattern in patterns)
 
 
 def _listing(names: list[str], shown: int = 5) -> str:

@@ -30,7 +30,7 @@ from policyforge.algos.run_lock import RunLock
 from policyforge.algos.sac import SACConfig
 from policyforge.config import check
 from policyforge.errors import UserError
-from policyforge.io import atomic_path, write_json
+from policyforge.io import atomic_path, is_plain_name, write_json
 from policyforge.policies.base import Policy
 from policyforge.policies.diffusion import DiffusionConfig
 from policyforge.policies.flow import FlowConfig
@@ -113,7 +113,7 @@ class RunConfig:
     """Run length, evaluation, checkpoints."""
 
     def __post_init__(self) -> None:
-        check(not self.name or run_files.is_plain_name(self.name), "name", run_files.plain_name_message(self.name))
+        check(not self.name or is_plain_name(self.name), "name", run_files.plain_name_message(self.name))
         if self.algo == "sac":
             check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
         if self.ppo.update_policy_normalizer is None:  # a residual's own statistics start empty; its base's stay

@@ -82,7 +82,9 @@ def collect(
     demonstrator = None
     if policy is not None:
         sim, demonstrator = _policy_demonstrator(Path(policy), sim, hesitation)
-        expert_name, fps = "PolicyExpert", _check_fps(make_task(task, sim.task_options))
+        probe = make_task(task, sim.task_options)
+        expert_name, fps = "PolicyExpert", _check_fps(probe)
+        _check_cameras(probe, task, cameras)
     else:
         expert_class, fps = _check_task(task, task_options, cameras)
         expert_name = expert_class.__name__
@@ -226,10 +228,14 @@ def _check_task(task: str, task_options: dict[str, Any], cameras: Sequence[str])
         raise ConfigError("task", f"no scripted expert for {task!r}; experts exist for {', '.join(INSTRUCTIONS)}")
     if probe.config.control_mode != "ee_delta_topdown":
         raise ConfigError("task_options.control_mode", "scripted experts act in 'ee_delta_topdown' only")
+    _check_cameras(probe, task, cameras)
+    return expert_class, _check_fps(probe)
+
+
+def _check_cameras(probe: Any, task: str, cameras: Sequence[str]) -> None:
     unknown = [camera for camera in cameras if camera not in camera_names(probe.model)]
     if unknown:
         raise ConfigError("cameras", f"unknown {unknown}; {task} has cameras {camera_names(probe.model)}")
-    return expert_class, _check_fps(probe)
 
 
 def _check_fps(task: Any) -> int:

@@ -5,9 +5,9 @@ rename, and an episode exists only once the episodes-metadata parquet lists it: 
 point, so a crash mid-episode leaves a dataset that reads as the episodes committed before it. Reopening a
 dataset appends to it (after checking fps, shapes, cameras and the "policyforge" facts match, and that every
 committed episode's files are whole) and removes the debris of an interrupted episode, and nothing else
-(`integrity.py`): episodes metadata that does not explain the data files is rebuilt from them, or the dataset is
-refused with a DatasetError. `Demonstrations` reads committed episodes only, ours or LeRobot's (several episodes
-per file included), into numpy arrays.
+(`integrity.py`): episodes metadata that does not explain the data files is rebuilt from them (`recovery.py`),
+or the dataset is refused with a DatasetError. `Demonstrations` reads committed episodes only, ours or LeRobot's
+(several episodes per file included), into numpy arrays.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from policyforge.data import integrity, layout
+from policyforge.data import integrity, layout, recovery
 from policyforge.data.integrity import DatasetError
 from policyforge.data.layout import ACTION, STATE
-from policyforge.io import write_json
+from policyforge.io import is_plain_name, write_json
 
 EPISODES_PER_META_FILE = 500
 """Rows per episodes-metadata file: each commit rewrites only the last one."""
@@ -42,6 +42,8 @@ class Demonstrations:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         info_path = self.root / layout.INFO_PATH
+        if self.root.exists() and not self.root.is_dir():
+            raise DatasetError(f"{self.root} is a file; a dataset is a directory (the one that holds meta/info.json)")
         if not self.root.is_dir():
             raise FileNotFoundError(
                 f"no demonstration dataset at {self.root}: record one with `policyforge collect <task> --out {root}`"
@@ -66,7 +68,7 @@ class Demonstrations:
         tasks_path = self.root / layout.TASKS_PATH
         self.tasks: list[str] = layout.read_tasks(tasks_path) if tasks_path.is_file() else []
         """Instructions by task_index."""
-        self.rows, self.recovered = integrity.committed_rows(self.root, self.info, self.tasks)
+        self.rows, self.recovered = recovery.committed_rows(self.root, self.info, self.tasks)
         """Committed episodes (rows of meta/episodes), by episode_index; `recovered`: rebuilt from the data files
         (without statistics) because meta/episodes did not explain them (a `DemoWriter` writes them back)."""
 
@@ -201,6 +203,9 @@ class DemoWriter:
             raise ValueError(f"fps must be a positive integer (LeRobot's timestamps are frame_index / fps), got {fps}")
         self.root = Path(root)
         self.cameras = list(cameras)
+        for camera in self.cameras:  # each names a folder, videos/observation.images.<camera>
+            if not is_plain_name(layout.camera_key(camera)):
+                raise ValueError(f"camera names are plain names (letters, digits, '.', '_', '-'), got {camera!r}")
         self.fps, self.state_dim, self.action_dim = int(fps), state_dim, action_dim
         self.image_hw = tuple(image_hw)
         spec = layout.features(state_dim, action_dim, self.cameras, self.image_hw, self.fps)
@@ -214,7 +219,10 @@ class DemoWriter:
                 self._write_recovered_metadata()
             stored = self.info.setdefault("policyforge", {})
             stored.update({key: value for key, value in extra.items() if key not in stored})
-            for path in integrity.survey(self.root, self.info, self.rows).debris:
+            found = integrity.survey(self.root, self.info, self.rows)
+            if not found.explained:  # `committed_rows` rebuilt the rows or refused: a file appeared since
+                raise DatasetError(f"{self.root}: {found.unexplained[:1]} appeared while opening it; open it again")
+            for path in found.debris:
                 path.unlink(missing_ok=True)
         else:
             if self.root.exists() and any(self.root.iterdir()):
@@ -265,20 +273,17 @@ class DemoWriter:
             "index": start + np.arange(length),
             "task_index": np.full(length, tasks.index(instruction)),
         }
-        chunk, file = self._next_file("data")
+        files = {"data": self._next_file("data")}
+        chunk, file = files["data"]
         layout.write_parquet(
             layout.frame_table(columns), self.root / layout.DATA_PATH.format(chunk_index=chunk, file_index=file)
         )
-        row: dict[str, Any] = {"episode_index": episode, "tasks": [instruction], "length": length}
-        row |= {"data/chunk_index": chunk, "data/file_index": file}
-        row |= {"dataset_from_index": start, "dataset_to_index": start + length}
         for camera in self.cameras:
             key = layout.camera_key(camera)
-            chunk, file = self._next_file(f"videos/{key}")
+            chunk, file = files[f"videos/{key}"] = self._next_file(f"videos/{key}")
             path = self.root / layout.VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
             layout.write_video(path, frames[camera], self.fps)
-            row |= {f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": file}
-            row |= {f"videos/{key}/from_timestamp": 0.0, f"videos/{key}/to_timestamp": length / self.fps}
+        row = layout.episode_row(episode, instruction, start, length, self.fps, files)
         stats = {key: layout.feature_stats(value) for key, value in columns.items()}
         stats |= {layout.camera_key(c): layout.feature_stats(frames[c], image=True) for c in self.cameras}
         if new_task:
@@ -361,7 +366,7 @@ class DemoWriter:
         for first in range(0, len(self.rows), EPISODES_PER_META_FILE):
             group = self.rows[first : first + EPISODES_PER_META_FILE]
             for row in group:
-                row |= layout.stats_to_columns(integrity.episode_stats(self.root, self.info, row))
+                row |= layout.stats_to_columns(recovery.episode_stats(self.root, self.info, row))
                 row |= {"meta/episodes/chunk_index": position[0], "meta/episodes/file_index": position[1]}
             path = self.root / layout.EPISODES_PATH.format(chunk_index=position[0], file_index=position[1])
             layout.write_parquet(pa.Table.from_pylist(group), path)

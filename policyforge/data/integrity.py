@@ -1,12 +1,11 @@
-"""A dataset's files checked against its metadata, and episodes metadata rebuilt from the data files.
+"""A dataset's files checked against its metadata: what a writer may delete, what it must not, what is damaged.
 
 Nothing here deletes data that metadata does not explain (the discipline of SQLite's and LevelDB's recovery):
-- debris, the only files a writer may delete: temp files of atomic writes, and the data / video files at the
-  "next file" position after the last committed episode, which only an interrupted episode writes;
+- debris, the only files a writer may delete: temp files of atomic writes to files of the layout, and the files
+  of one interrupted episode, at the "next file" position after the last committed episode, whose data file holds
+  exactly the episode that comes next;
 - unexplained: any other data or video file no committed episode names, or info.json counting more episodes than
-  meta/episodes lists. The metadata is incomplete: `rebuild_rows` recovers the episodes of a dataset written one
-  episode per file (as `DemoWriter` writes) from the data files themselves, or raises DatasetError saying what is
-  inconsistent;
+  meta/episodes lists: the metadata is incomplete (`recovery.py` rebuilds it, or refuses the dataset);
 - damaged: a committed episode whose data file is missing, unreadable or short of its rows, or whose video is
   not a whole MP4 (`check_committed`): DatasetError naming the file and the episode.
 """
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import logging
 import os
 import re
 import struct
@@ -28,15 +26,7 @@ import pyarrow.parquet as pq
 
 from policyforge.data import layout
 from policyforge.errors import UserError
-
-TEMP_PREFIXES = (".file-", ".info.", ".stats.", ".tasks.")
-"""Temp files `io.atomic_path` leaves beside the dataset's files when a write is killed."""
-SLACK_EPISODES = 2
-"""Episodes the data files may hold beyond info.json's count: info.json is rewritten after each commit (one
-behind after a crash), and an interrupted episode may have written all its files."""
-
-
-log = logging.getLogger(__name__)
+from policyforge.io import temp_target
 
 
 class DatasetError(UserError, ValueError):
@@ -59,23 +49,6 @@ class Survey:
         return not self.unexplained and self.missing <= 0
 
 
-def committed_rows(root: Path, info: dict[str, Any], tasks: list[str]) -> tuple[list[dict[str, Any]], bool]:
-    """The committed episodes' metadata rows by episode_index, and whether they had to be rebuilt from the data
-    files (without statistics) because meta/episodes does not explain them; DatasetError if it cannot be."""
-    rows, unreadable = layout.read_episode_rows(root)
-    if not unreadable and survey(root, info, rows).explained:
-        return rows, False
-    rebuilt = rebuild_rows(root, info, tasks)
-    check_agrees(root, rows, rebuilt)
-    log.warning(
-        "%s: the episodes metadata (%s) does not explain the data files%s; read %d episodes from the data files "
-        "(the metadata lists %d, info.json counts %d)",
-        root, layout.EPISODES_DIR, f" ({unreadable[0]} is unreadable)" if unreadable else "", len(rebuilt), len(rows),
-        info.get("total_episodes", 0),
-    )  # fmt: skip
-    return rebuilt, True
-
-
 def video_keys(info: dict[str, Any]) -> list[str]:
     return [key for key, spec in info["features"].items() if spec["dtype"] == "video"]
 
@@ -91,13 +64,14 @@ def video_file(root: Path, info: dict[str, Any], key: str, row: dict[str, Any]) 
 
 def survey(root: Path, info: dict[str, Any], rows: list[dict[str, Any]]) -> Survey:
     """Sort the data and video files of the dataset at `root` against its committed episodes `rows`."""
-    debris = [
-        path
-        for folder in ("data", "videos", "meta")
-        for prefix in TEMP_PREFIXES
-        for path in sorted((root / folder).rglob(prefix + "*"))
-    ]
-    unexplained = []
+    layout_files, _ = layout_patterns(info)
+    debris, unexplained = [], []
+    for folder in ("data", "videos", "meta"):
+        for directory, _, names in os.walk(root / folder):
+            relative = Path(directory).relative_to(root).as_posix()
+            debris += [Path(directory) / name for name in sorted(names) if _is_temp(relative, name, layout_files)]
+    frames = int(rows[-1]["dataset_to_index"]) if rows else 0
+    interrupted = False  # whether the next data file holds the episode that comes next (its videos follow it)
     streams = [("data", root / "data", ".parquet")]
     streams += [(f"videos/{key}", root / "videos" / key, ".mp4") for key in video_keys(info)]
     for prefix, folder, suffix in streams:
@@ -105,9 +79,24 @@ def survey(root: Path, info: dict[str, Any], rows: list[dict[str, Any]]) -> Surv
         last = rows[-1] if rows else None
         following = layout.next_file(last[f"{prefix}/chunk_index"], last[f"{prefix}/file_index"]) if last else (0, 0)
         for path, position in files_by_position(folder, suffix).items():
-            if position not in named:
-                (debris if position == following else unexplained).append(path)
+            if position in named:
+                continue
+            if position == following and prefix == "data":
+                interrupted = _holds_episode(path, len(rows), frames)
+            (debris if position == following and interrupted else unexplained).append(path)
     return Survey(debris, unexplained, int(info.get("total_episodes") or 0) - len(rows))
+
+
+def _holds_episode(path: Path, episode: int, start: int) -> bool:
+    """Whether data file `path` holds episode `episode` alone, frames `start`, `start` + 1, ... (as `DemoWriter`
+    writes the episode that comes next)."""
+    try:
+        table = pq.read_table(path, columns=["episode_index", "index"])
+    except (OSError, pa.ArrowException):
+        return False
+    index = table.column("index").to_numpy()
+    episodes = table.column("episode_index").to_numpy()
+    return len(index) > 0 and (episodes == episode).all() and np.array_equal(index, start + np.arange(len(index)))
 
 
 def files_by_position(folder: Path, suffix: str) -> dict[Path, tuple[int, int]]:
@@ -193,80 +182,32 @@ def mp4_problem(path: Path) -> str | None:
     return None
 
 
-def rebuild_rows(root: Path, info: dict[str, Any], tasks: list[str]) -> list[dict[str, Any]]:
-    """Episodes-metadata rows (without statistics) rebuilt from a dataset written one episode per file, from
-    data/chunk-000/file-000 on; a last episode whose videos are incomplete is left out (it is debris).
-    DatasetError if the files cannot be explained that way or hold fewer episodes than info.json counts."""
-    if not tasks:
-        raise _unrebuildable(root, f"{root / layout.TASKS_PATH}, the list of task instructions, is missing or empty")
-    rows: list[dict[str, Any]] = []
-    keys, fps = video_keys(info), int(info["fps"])
-    expected, frames = (0, 0), 0
-    data_files = files_by_position(root / "data", ".parquet")
-    for path, position in data_files.items():
-        episode = len(rows)
-        if position != expected:
-            gap = root / info["data_path"].format(chunk_index=expected[0], file_index=expected[1])
-            raise _unrebuildable(root, f"{gap}, the data file of episode {episode}, is missing")
-        length, task_index = _episode_in(path, episode, frames, len(tasks))
-        row = {"episode_index": episode, "tasks": [tasks[task_index]], "length": length}
-        row |= {"data/chunk_index": position[0], "data/file_index": position[1]}
-        row |= {"dataset_from_index": frames, "dataset_to_index": frames + length}
-        for key in keys:
-            row |= {f"videos/{key}/chunk_index": position[0], f"videos/{key}/file_index": position[1]}
-            row |= {f"videos/{key}/from_timestamp": 0.0, f"videos/{key}/to_timestamp": length / fps}
-        incomplete = [video_file(root, info, key, row) for key in keys if mp4_problem(video_file(root, info, key, row))]
-        if incomplete:
-            if episode == len(data_files) - 1:
-                break  # the interrupted episode: its data file is debris
-            raise _unrebuildable(root, f"{incomplete[0]}, a video of episode {episode}, is missing or damaged")
-        rows.append(row)
-        expected, frames = layout.next_file(*position), frames + length
-    counted = int(info.get("total_episodes") or 0)
-    if not counted <= len(rows) <= counted + SLACK_EPISODES:
-        raise _unrebuildable(root, f"{layout.INFO_PATH} counts {counted} episodes, the data files hold {len(rows)}")
-    return rows
-
-
-def check_agrees(root: Path, surviving: list[dict[str, Any]], rebuilt: list[dict[str, Any]]) -> None:
-    """DatasetError unless the metadata rows that survived describe the same episodes as the rebuilt ones."""
-    keys = ("length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index")
-    for row in surviving:
-        episode = row["episode_index"]
-        other = rebuilt[episode] if episode < len(rebuilt) else None
-        if other is None or any(row[key] != other[key] for key in keys):
-            raise _unrebuildable(root, f"{layout.EPISODES_DIR} describes episode {episode} unlike its data file")
-
-
-def episode_stats(root: Path, info: dict[str, Any], row: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    """An episode's statistics recomputed from its data file and videos (as `DemoWriter` computes them)."""
-    columns = [key for key, spec in info["features"].items() if spec["dtype"] not in ("video", "image")]
-    table = pq.read_table(data_file(root, info, row), columns=columns)
-    stats = {key: layout.feature_stats(layout.column_to_numpy(table.column(key))) for key in columns}
-    for key in video_keys(info):
-        stats[key] = layout.feature_stats(layout.read_video(video_file(root, info, key, row)), image=True)
-    return stats
+def layout_patterns(info: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(files, folders) of the dataset's layout as /-separated patterns relative to its root (`*`: one name)."""
+    keys = [key for key in video_keys(info) if "/" not in key and key not in (".", "..")]
+    chunked = ["data", "meta/episodes", *(f"videos/{key}" for key in keys)]
+    folders = ["meta", "data", "videos", "meta/episodes", *(f"videos/{key}" for key in keys)]
+    folders += [f"{folder}/chunk-*" for folder in chunked]
+    files = [layout.INFO_PATH, layout.STATS_PATH, layout.TASKS_PATH, "data/chunk-*/file-*.parquet"]
+    files += ["meta/episodes/chunk-*/file-*.parquet", *(f"videos/{key}/chunk-*/file-*.mp4" for key in keys)]
+    return files, folders
 
 
 def layout_entries(root: Path, info: dict[str, Any]) -> tuple[list[Path], list[Path], list[str]]:
     """What is under the dataset directory `root`: (files of its layout, temp files of its writes included;
     folders of its layout, deepest first; everything else, symlinks included, relative to `root`)."""
-    keys = [key for key in video_keys(info) if "/" not in key and key not in (".", "..")]
-    chunked = ["data", "meta/episodes", *(f"videos/{key}" for key in keys)]
-    folders = ["meta", "data", "videos", "meta/episodes", *(f"videos/{key}" for key in keys)]
-    folders += [f"{folder}/chunk-*" for folder in chunked]
-    files = [layout.INFO_PATH, layout.STATS_PATH, layout.TASKS_PATH, *(f"meta/{p}*" for p in TEMP_PREFIXES[1:])]
-    files += [f"{folder}/chunk-*/{name}" for folder in chunked for name in ("file-*", ".file-*")]
+    files, folders = layout_patterns(info)
     found_files, found_folders, foreign = [], [], []
     for directory, dirnames, filenames in os.walk(root, topdown=False):
         for name in [*filenames, *dirnames]:
             path = Path(directory) / name
             relative = path.relative_to(root).as_posix()
+            parent = relative.rpartition("/")[0]
             if path.is_symlink() or not (path.is_dir() or path.is_file()):
                 foreign.append(relative)
-            elif path.is_file() and any(_matches(relative, pattern) for pattern in files):
+            elif path.is_file() and (_matches_any(relative, files) or _is_temp(parent, name, files)):
                 found_files.append(path)
-            elif path.is_dir() and any(_matches(relative, pattern) for pattern in folders):
+            elif path.is_dir() and _matches_any(relative, folders):
                 found_folders.append(path)
             elif path.is_file() or not any(f.startswith(relative + "/") for f in foreign):  # (a folder's foreign
                 # contents, listed before it, say enough)
@@ -274,37 +215,16 @@ def layout_entries(root: Path, info: dict[str, Any]) -> tuple[list[Path], list[P
     return found_files, found_folders, sorted(foreign)
 
 
-def _matches(relative: str, pattern: str) -> bool:
-    """Whether the /-separated path matches the pattern component by component (`*` never spans a '/')."""
-    parts, wanted = relative.split("/"), pattern.split("/")
-    return len(parts) == len(wanted) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, wanted, strict=True))
+def _is_temp(folder: str, name: str, files: list[str]) -> bool:
+    """Whether `name` in `folder` (relative to the root) is a temp file of an atomic write to a layout file."""
+    target = temp_target(name)
+    return target is not None and _matches_any(f"{folder}/{target}".lstrip("/"), files)
 
 
-def _episode_in(path: Path, episode: int, start: int, tasks: int) -> tuple[int, int]:
-    """(length, task_index) of the one episode the data file `path` must hold: number `episode`, frames
-    `start`, `start` + 1, ... in order; DatasetError otherwise."""
-    try:
-        table = pq.read_table(path, columns=["episode_index", "index", "frame_index", "task_index"])
-    except (OSError, pa.ArrowException) as err:
-        raise damaged(path, episode, f"it cannot be read ({err})") from None
-    column = {name: table.column(name).to_numpy() for name in table.column_names}
-    length = table.num_rows
-    task = column["task_index"][0] if length else -1
-    if not (
-        length
-        and (column["episode_index"] == episode).all()
-        and np.array_equal(column["frame_index"], np.arange(length))
-        and np.array_equal(column["index"], start + np.arange(length))
-        and (column["task_index"] == task).all()
-        and 0 <= task < tasks
-    ):
-        raise _unrebuildable(path.parents[2], f"{path} does not hold episode {episode} alone, from frame {start} on")
-    return length, int(task)
-
-
-def _unrebuildable(root: Path, what: str) -> DatasetError:
-    return DatasetError(
-        f"{root}: the episodes metadata ({layout.EPISODES_DIR}) does not explain the data files, and it cannot be "
-        f"rebuilt from them: {what}. Nothing was deleted. Restore the dataset's meta/ folder (or the missing files) "
-        "from a copy, or record into a new directory (policyforge collect --out NEW_DIR)"
+def _matches_any(relative: str, patterns: list[str]) -> bool:
+    """Whether the /-separated path matches a pattern component by component (`*` never spans a '/')."""
+    parts = relative.split("/")
+    return any(
+        len(parts) == len(wanted) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, wanted, strict=True))
+        for wanted in (pattern.split("/") for pattern in patterns)
     )

@@ -67,9 +67,12 @@ def test_rebuilt_metadata_has_the_statistics_of_the_episodes_videos_included(tmp
     data = Demonstrations(root)
     assert data.num_episodes == 4 and data.episode_bounds.tolist() == [[0, 5], [5, 11], [11, 18], [18, 22]]
     for before, after in zip(rows, data.rows, strict=False):
+        assert list(after) == list(before)
         for key, value in before.items():
-            tolerance = 2 / 255 if key.startswith("stats/observation.images") else 1e-6  # decoded frames
-            assert np.allclose(after[key], value, atol=tolerance) if key.startswith("stats/") else after[key] == value
+            if key.startswith("stats/observation.images"):  # from the decoded frames: within the codec's 2/255
+                assert np.allclose(after[key], value, atol=2 / 255, rtol=0), key
+            else:
+                assert after[key] == value, key  # the rest is rebuilt exactly
 
 
 def lose(relative):
@@ -115,6 +118,40 @@ def test_unexplained_files_beside_intact_metadata_are_never_deleted(tmp_path):
     with pytest.raises(DatasetError, match=r"file-003\.parquet, the data file of episode 3, is missing"):
         make_writer(root)
     assert tree(root) == before
+
+
+@pytest.mark.parametrize("folder, suffix", [("data", "parquet"), ("videos/observation.images.front", "mp4")])
+def test_a_file_at_the_next_position_is_debris_only_if_it_holds_the_next_episode(tmp_path, folder, suffix):
+    """A hand-copied file where an interrupted episode would write is not that episode's debris: kept, refused."""
+    root = tmp_path / "ds"
+    writer = make_writer(root)
+    for seed in range(3):
+        writer.add_episode(**make_episode(3, seed))
+    shutil.copy(root / f"{folder}/chunk-000/file-000.{suffix}", root / f"{folder}/chunk-000/file-003.{suffix}")
+    before = tree(root)
+    with pytest.raises(DatasetError, match="Nothing was deleted"):
+        make_writer(root)
+    assert tree(root) == before
+
+
+def test_only_temp_files_of_the_layout_are_debris(tmp_path):
+    root = tmp_path / "ds"
+    writer = make_writer(root, cameras=[])
+    writer.add_episode(**make_episode(3, 0, cameras=[]))
+    temps = ["data/chunk-000/.file-001.a1b2c3_d.parquet", "meta/.info.zz99yy88.json", "meta/.stats.abcdefgh.json"]
+    kept = ["data/chunk-000/.file-001.mine.parquet", "meta/.info.json.bak", "meta/.notes.abcdefgh.json", "notes.txt"]
+    for name in temps + kept:
+        (root / name).write_bytes(b"x")
+    make_writer(root, cameras=[]).add_episode(**make_episode(3, 1, cameras=[]))
+    assert [name for name in temps + kept if (root / name).exists()] == kept
+    assert Demonstrations(root).num_episodes == 2
+
+
+def test_camera_names_are_plain_names(tmp_path):
+    for camera in ("../../escape", "a/b", "front\\wrist"):
+        with pytest.raises(ValueError, match="camera names are plain names"):
+            make_writer(tmp_path / "ds", cameras=[camera])
+    assert not (tmp_path / "ds").exists()
 
 
 def test_metadata_info_json_counts_more_episodes_than_the_data_files_hold(tmp_path):
