@@ -56,9 +56,7 @@ class Demonstrations:
         try:
             self.info: dict[str, Any] = layout.read_json(info_path)
         except ValueError as err:
-            raise DatasetError(
-                f"{info_path} is not valid JSON ({err}): restore it from a copy of the dataset"
-            ) from None
+            raise DatasetError(f"{info_path} is not valid JSON ({err}): restore it from a copy") from None
         version = str(self.info.get("codebase_version"))
         if not version.startswith("v3."):
             raise DatasetError(
@@ -220,8 +218,11 @@ class DemoWriter:
             stored = self.info.setdefault("policyforge", {})
             stored.update({key: value for key, value in extra.items() if key not in stored})
             found = integrity.survey(self.root, self.info, self.rows)
-            if not found.explained:  # `committed_rows` rebuilt the rows or refused: a file appeared since
-                raise DatasetError(f"{self.root}: {found.unexplained[:1]} appeared while opening it; open it again")
+            if not found.explained:  # `committed_rows` explained every file or refused: one appeared since
+                changed = found.unexplained[0] if found.unexplained else self.root / layout.INFO_PATH
+                raise DatasetError(
+                    f"{changed} changed while {self.root} was opened; nothing was deleted: open it again"
+                )
             for path in found.debris:
                 path.unlink(missing_ok=True)
         else:
