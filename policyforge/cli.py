@@ -155,12 +155,12 @@ def _check_observations(policy, batch: int = 256) -> dict:
 
 
 def _bench(args: argparse.Namespace, console: Console) -> None:
-    script = SOURCE_ROOT / "bench" / f"{args.name.replace('-', '_')}.py"
-    if not script.is_file():
-        available = (
-            sorted(p.stem for p in (SOURCE_ROOT / "bench").glob("*.py")) if (SOURCE_ROOT / "bench").is_dir() else []
+    scripts = {p.stem: p for p in (SOURCE_ROOT / "bench").glob("*.py")}  # a name, never a path: bench/ only
+    script = scripts.get(args.name.replace("-", "_"))
+    if script is None:
+        raise ConfigError(
+            "bench", f"no benchmark {args.name!r} in {SOURCE_ROOT / 'bench'}; available: {sorted(scripts)}"
         )
-        raise ConfigError("bench", f"no benchmark {args.name!r} in {SOURCE_ROOT / 'bench'}; available: {available}")
     sys.argv = [str(script), *args.args]
     runpy.run_path(str(script), run_name="__main__")
 

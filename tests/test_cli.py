@@ -162,3 +162,19 @@ def test_bc_dataset_problems_are_config_errors_on_bc_dataset(tmp_path, capsys):
         assert main([*train, f"bc.dataset={tmp_path / dataset}"]) == 2
         printed = " ".join(capsys.readouterr().out.split())
         assert f"bc.dataset: {tmp_path / dataset}" in printed and message in printed, printed
+
+
+def test_bench_runs_scripts_of_bench_only(capsys):
+    """`policyforge bench NAME` takes a benchmark's name, never a path: ../ cannot reach a script elsewhere."""
+    import tempfile
+    from pathlib import Path
+
+    from policyforge.cli import SOURCE_ROOT
+
+    with tempfile.TemporaryDirectory(prefix="pfbench") as directory:  # no '-' in the path: NAME maps - to _
+        marker, outside = Path(directory) / "ran", Path(directory) / "outside.py"
+        outside.write_text(f"open({str(marker)!r}, 'w').close()\n")
+        relative = "../" * (len(SOURCE_ROOT.joinpath("bench").parts) - 1) + str(outside.with_suffix(""))[1:]
+        assert main(["bench", relative]) == 2
+        assert not marker.exists()
+    assert "no benchmark" in capsys.readouterr().out
