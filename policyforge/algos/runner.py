@@ -22,8 +22,9 @@ from policyforge.algos.evaluate import evaluate
 from policyforge.algos.logger import MetricsLogger, ProgressDisplay
 from policyforge.algos.plots import plot_learning_curves
 from policyforge.algos.ppo import PPO, PPOConfig
+from policyforge.algos.run_checks import check_sections
 from policyforge.algos.sac import SAC, SACConfig
-from policyforge.config import check
+from policyforge.config import check, check_in, check_seed
 from policyforge.io import write_json
 from policyforge.policies.base import Policy
 from policyforge.policies.chunked import IMAGE_KEY
@@ -32,6 +33,7 @@ from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
 from policyforge.policies.residual import ResidualConfig, ResidualPolicy
 from policyforge.sims import SimConfig, make_env
+from policyforge.sims.config import MAX_ENVS, MAX_THREADS
 from policyforge.sims.vec_env import VecEnv
 
 CONFIG_FILE = "config.yaml"
@@ -62,10 +64,12 @@ class RunnerConfig:
     """Write TensorBoard event files under tensorboard/."""
 
     def __post_init__(self) -> None:
-        check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
-        check(self.eval_envs >= 1, "eval_envs", f"must be ≥ 1, got {self.eval_envs}")
-        check(self.checkpoint_every >= 1, "checkpoint_every", f"must be ≥ 1, got {self.checkpoint_every}")
-        check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be ≥ 1, got {self.keep_checkpoints}")
+        check_in(self.total_env_steps, "total_env_steps", "[1, inf)")
+        check_in(self.eval_every_steps, "eval_every_steps", "[0, inf)", "0: only at the end")
+        check_in(self.eval_envs, "eval_envs", f"[1, {MAX_ENVS}]")
+        check_in(self.checkpoint_every, "checkpoint_every", "[1, inf)")
+        check_in(self.keep_checkpoints, "keep_checkpoints", "[1, inf)")
+        check_in(self.torch_threads, "torch_threads", f"[1, {MAX_THREADS}]")
 
 
 @dataclasses.dataclass
@@ -107,6 +111,8 @@ class RunConfig:
     """Run length, evaluation, checkpoints."""
 
     def __post_init__(self) -> None:
+        check_seed(self.seed, "seed", EVAL_SEED_OFFSET)
+        check_sections(self)
         if self.algo == "sac":
             check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
         if self.ppo.update_policy_normalizer is None:  # a residual's own statistics start empty; its base's stay
