@@ -321,7 +321,7 @@ def test_every_hostile_value_is_refused_naming_the_field_or_loads(leaf):
             hostile_loads(leaf, value, base)
 
 
-@settings(max_examples=int(800 * SCALE), derandomize=True, deadline=None)
+@settings(max_examples=int(500 * SCALE), derandomize=True, deadline=None)
 @given(data=st.data())
 def test_any_value_of_any_field_loads_or_is_refused_naming_it(data):
     leaf = data.draw(st.sampled_from(LEAVES), label="leaf")
@@ -449,7 +449,7 @@ def trains_or_is_refused(leaf: Leaf, value: Any, base: str, resources: dict[str,
 
 
 @settings(
-    max_examples=int(150 * SCALE),
+    max_examples=int(100 * SCALE),
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
