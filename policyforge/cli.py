@@ -102,7 +102,10 @@ def _report(console: Console, summary: dict, run_dir: Path) -> None:
 def _eval(args: argparse.Namespace, console: Console) -> None:
     from policyforge.algos.evaluate import evaluate
     from policyforge.algos.runner import EVAL_SEED_OFFSET, load_run
+    from policyforge.sims.config import MAX_ENVS
 
+    if args.envs is not None and not 1 <= args.envs <= MAX_ENVS:
+        raise ConfigError("--envs", f"must be in [1, {MAX_ENVS}] (evaluation episodes, one per env), got {args.envs}")
     config, policy, env = load_run(Path(args.run_dir), args.checkpoint, args.envs, args.backend)
     video = Path(args.run_dir) / "videos" / "eval_cli.mp4" if args.video else None
     metrics = evaluate(policy, env, config.seed + EVAL_SEED_OFFSET, video, config.runner.video_camera)
@@ -341,7 +344,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluation = commands.add_parser("eval", help="evaluate a run's policy deterministically")
     evaluation.add_argument("run_dir")
     evaluation.add_argument("--video", action="store_true", help="film the evaluation (videos/eval_cli.mp4)")
-    evaluation.add_argument("--envs", type=int, default=None, help="evaluation episodes (one per env)")
+    evaluation.add_argument(
+        "--envs", type=int, default=None, help="evaluation episodes, one per env (default: the run's runner.eval_envs)"
+    )
     evaluation.add_argument("--checkpoint", default=None, help="checkpoint file (default: latest)")
     evaluation.add_argument(
         "--backend", choices=["mujoco", "mjx"], default=None, help="simulate on this backend (sim-to-sim check)"

@@ -8,10 +8,14 @@ mapping against the dataclass' type hints; a wrong key, a wrong type or an impos
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import difflib
+import functools
 import inspect
 import itertools
+import math
+import re
 import textwrap
 import types
 import typing
@@ -41,13 +45,85 @@ def check(condition: bool, field: str, message: str) -> None:
         raise ConfigError(field, message)
 
 
+_INTERVAL = re.compile(r"([\[(])\s*([^,]+?)\s*,\s*([^,]+?)\s*([\])])")
+
+
+def check_in(value: float | None, field: str, interval: str, why: str = "", unit: str = "") -> None:
+    """Raise `ConfigError` unless `value` lies in `interval`, written as in maths: "(0, 1]", "[1, 1024]", "[0, π]",
+    "[0, inf)" (an infinite bound reads "≥ 0" in the message), a bound set by another field as "[1, horizon=8]";
+    None passes (optional fields). `why` follows the message in parentheses; `unit` follows the numbers (" m")."""
+    if value is None:
+        return
+    low_bracket, low_text, high_text, high_bracket = _INTERVAL.fullmatch(interval.strip()).groups()
+    low, high = (_bound(text) for text in (low_text, high_text))
+    above = value > low if low_bracket == "(" else value >= low
+    below = value < high if high_bracket == ")" else value <= high
+    if not (above and below):
+        if math.isinf(high):
+            allowed = f"{'>' if low_bracket == '(' else '≥'} {low_text}"
+        elif math.isinf(low):
+            allowed = f"{'<' if high_bracket == ')' else '≤'} {high_text}"
+        else:
+            allowed = f"in {interval.strip()}"
+        message = f"must be {allowed}{unit}, got {_show(value)}{unit}"
+        raise ConfigError(field, message + (f" ({why})" if why else ""))
+
+
+def _bound(text: str) -> float:
+    number = text.rpartition("=")[2]
+    return math.pi if number == "π" else float(number)
+
+
+def check_sizes(sizes: Sequence[int], field: str, most: int) -> None:
+    """Raise `ConfigError` unless every entry of a list of layer sizes / channels is in [1, most]."""
+    bad = [size for size in sizes if not 1 <= size <= most]
+    check(not bad, field, f"every entry must be in [1, {most}], got {list(sizes)}")
+
+
+def check_bounds(
+    bounds: tuple[float, float] | None, field: str, interval: str, why: str = "", strict: bool = False
+) -> None:
+    """Raise `ConfigError` unless a [low, high] range has both ends in `interval` and low ≤ high (low < high if
+    strict); None passes. `why` follows the message in parentheses."""
+    if bounds is None:
+        return
+    low, high = bounds
+    for value in bounds:
+        try:
+            check_in(value, field, interval)
+        except ConfigError:
+            message = f"both ends must be in {interval}, got {list(bounds)}" + (f" ({why})" if why else "")
+            raise ConfigError(field, message) from None
+    order = "low < high" if strict else "low ≤ high"
+    check(low < high if strict else low <= high, field, f"must be [low, high] with {order}, got {list(bounds)}")
+
+
+SEED_LIMIT = 2**32 - 1
+"""numpy's `np.random.seed` (and JAX's 32-bit keys) take seeds in [0, 2**32 − 1]."""
+
+
+def check_seed(seed: int, field: str, largest_offset: int = 0) -> None:
+    """Raise `ConfigError` unless `seed` plus the largest offset the code adds to it (e.g. the evaluation seed
+    offset) is a valid numpy seed."""
+    most = SEED_LIMIT - largest_offset
+    offset = f"; seeds up to seed + {largest_offset:,} are used" if largest_offset else ""
+    check(0 <= seed <= most, field, f"must be in [0, {most}]{offset}, got {seed}")
+
+
+def _show(value: float) -> str:
+    """A number as a user wrote it: -1 rather than -1.0."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
     """Build dataclass `cls` from `data`, converting and checking every field recursively."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(path, f"expected a mapping of {cls.__name__} fields, got {data!r}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for key, value in data.items():
@@ -87,7 +163,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             if not isinstance(child, dict):
                 raise ConfigError(dotted, f"{key} is not a section, so {dotted} cannot be set")
             node = child
-        node[keys[-1]] = yaml.safe_load(raw)
+        try:
+            node[keys[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise ConfigError(dotted, f"the value {raw!r} is not valid YAML ({_yaml_problem(err)})") from None
     return data
 
 
@@ -95,11 +174,35 @@ def load(cls: type[T], yaml_path: str | Path | None = None, overrides: Sequence[
     """Load `cls` from an optional YAML file plus `key=value` overrides."""
     data: dict[str, Any] = {}
     if yaml_path is not None:
-        text = Path(yaml_path).read_text()
-        data = yaml.safe_load(text) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(str(yaml_path), "the file must hold a mapping of config sections")
+        data = _read_yaml(Path(yaml_path))
     return from_dict(cls, apply_overrides(data, overrides))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping a YAML config file holds; `ConfigError` naming the file (and line) if it holds anything else."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        byte = f"byte {err.object[err.start]:#04x} at offset {err.start}"
+        raise ConfigError(str(path), f"is not UTF-8 text ({byte}); save it as UTF-8") from None
+    except (IsADirectoryError, PermissionError) as err:
+        raise ConfigError(str(path), f"cannot be read: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(str(path), f"is not valid YAML: {_yaml_problem(err)}") from None
+    if data is None:  # an empty or truncated file must not silently mean "all defaults"
+        raise ConfigError(str(path), "is empty; a config file holds a mapping of config sections (see configs/)")
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "the file must hold a mapping of config sections")
+    return data
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """What PyYAML found wrong, with the line and column (1-based) where it noticed."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 def save(config: Any, path: str | Path) -> None:
@@ -120,6 +223,12 @@ def field_docs(cls: type) -> dict[str, str]:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and documented:
             docs[node.target.id] = inspect.cleandoc(str(after.value.value))
     return docs
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """The resolved field types of a dataclass (resolving string annotations is most of what loading costs)."""
+    return typing.get_type_hints(cls)
 
 
 def _join(path: str, key: str) -> str:
@@ -168,14 +277,7 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(path, f"expected an integer, got {value!r}")
         return value
     if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(path, f"expected a number, got {value!r}")
-        return float(value)
+        return _convert_float(value, path)
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(path, f"expected a string, got {value!r}")
@@ -191,6 +293,31 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(path, f"expected a mapping, got {value!r}")
         return {str(k): _convert(v, args[1], _join(path, str(k))) for k, v in value.items()}
     raise ConfigError(path, f"unsupported config type {_type_name(tp)}")
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: tensors (weights, losses, observations) are float32, where anything larger is inf."""
+
+
+def _convert_float(value: Any, path: str) -> float:
+    """A float that is finite in float32. No field takes NaN or ±inf: every float here feeds arithmetic that NaN or
+    inf poisons (losses, physics, schedules); where "unlimited" or "off" is meant, the field takes null or 0 and
+    says so."""
+    number = None
+    if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+        with contextlib.suppress(ValueError):
+            number = float(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond float range
+            number = math.inf
+    if number is None:
+        raise ConfigError(path, f"expected a number, got {value!r}")
+    if not abs(number) <= FLOAT32_MAX:  # NaN, ±inf, and numbers that are ±inf in float32
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}… ({len(repr(value))} characters)"
+        raise ConfigError(path, f"must be a finite number (within float32's ±3.4e38), got {shown}")
+    return number
 
 
 def _convert_tuple(value: Any, args: tuple[Any, ...], path: str) -> tuple[Any, ...]:

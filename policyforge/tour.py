@@ -16,10 +16,15 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from policyforge.config import check_in, check_seed
 from policyforge.data.experts import EXPERTS
 from policyforge.io import write_json, write_video
 from policyforge.sims import RandomizationConfig, SimConfig, make_env
+from policyforge.sims.config import MAX_ENVS
 from policyforge.sims.vec_env import VecEnv
+
+MAX_VIDEO_SIZE = 4096
+"""Largest video side, px (4K); every frame is rendered offscreen at this size and held until written."""
 
 
 @dataclasses.dataclass
@@ -40,6 +45,12 @@ class TourConfig:
         default_factory=lambda: RandomizationConfig(friction=(0.4, 1.2), mass_scale=(0.85, 1.15), kp_scale=(0.8, 1.2))
     )
     """Domain randomisation applied to the quadruped."""
+
+    def __post_init__(self) -> None:
+        check_in(self.num_envs, "num_envs", f"[1, {MAX_ENVS}]")
+        check_seed(self.seed, "seed")
+        check_in(self.video_width, "video_width", f"[16, {MAX_VIDEO_SIZE}]", unit=" px")
+        check_in(self.video_height, "video_height", f"[16, {MAX_VIDEO_SIZE}]", unit=" px")
 
 
 def _pendulum_controller(obs: dict[str, torch.Tensor], max_speed: float) -> torch.Tensor:

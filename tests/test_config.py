@@ -33,7 +33,7 @@ def test_yaml_and_overrides(tmp_path):
     [
         ("sim.num_env=4", r"sim.num_env: unknown key \(did you mean 'num_envs'\?\); allowed: task, backend"),
         ("sim.num_envs=many", r"sim.num_envs: expected an integer, got 'many'"),
-        ("sim.num_envs=0", r"sim.num_envs: must be ≥ 1, got 0"),
+        ("sim.num_envs=0", r"sim.num_envs: must be in \[1, 65536\], got 0"),
         ("sim.backend=bullet", r"sim.backend: got 'bullet'; allowed: 'mujoco'"),
         ("sim.randomization.friction=[1.5, 0.5]", r"sim.randomization.friction: must be \[low, high\]"),
         ("sim.randomization.friction=[1.0]", r"sim.randomization.friction: expected 2 values, got 1"),
@@ -64,3 +64,108 @@ def test_every_task_option_is_documented():
 def test_exponent_floats_without_a_dot_are_numbers():
     cfg = load(RunConfig, None, ["sim.randomization.friction=[5e-1, 1e0]"])
     assert cfg.sim.randomization.friction == (0.5, 1.0)
+
+
+# -- issue 18: every numeric field range-checked, malformed YAML, flags --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("sac.gamma=-1", r"^sac.gamma: must be in \(0, 1\], got -1$"),
+        ("ppo.max_grad_norm=-1", r"^ppo.max_grad_norm: must be > 0, got -1 \(a clip ≤ 0 zeroes or reverses"),
+        ("ppo.value_coef=-1", r"^ppo.value_coef: must be in \[0, 1000\], got -1$"),
+        ("ppo.gamma=.nan", r"^ppo.gamma: must be a finite number \(within float32's ±3.4e38\), got nan$"),
+        ("sac.actor_lr=nan", r"^sac.actor_lr: must be a finite number .*, got 'nan'$"),
+        ("ppo.critic_lr=1e400", r"^ppo.critic_lr: must be a finite number .*, got '1e400'$"),
+        ("sac.init_alpha=1e999999", r"^sac.init_alpha: must be a finite number"),
+        (
+            "ppo.clip_ratio=1.0e+300",
+            r"^ppo.clip_ratio: must be a finite number \(within float32's ±3.4e38\), got 1e\+300$",
+        ),
+        ("sac.batch_size=2000000", r"^sac.batch_size: must be in \[1, buffer_size=1000000\], got 2000000$"),
+        ("sim.randomization.friction=[0.5, .inf]", r"^sim.randomization.friction: must be a finite number .*, got inf"),
+        ("sim.randomization.mass_scale=[0.5, 1e6]", r"^sim.randomization.mass_scale: both ends must be in \[0.1, 10\]"),
+        ("sim.randomization.com_offset=3", r"^sim.randomization.com_offset: must be in \[0, 0.2\] m, got 3 m$"),
+        (
+            "sim.task_options.max_speed=-1",
+            r"^sim.task_options.max_speed: must be in \[0.1, 100\] rad/s, got -1 rad/s \(observations",
+        ),
+        ("seed=-1", r"^seed: must be in \[0, 4293967292\]; seeds up to seed \+ 1,000,003 are used, got -1$"),
+        ("seed=4294967295", r"^seed: must be in \[0, 4293967292\]"),
+        ("ppo.minibatches=5000", r"^ppo.minibatches: must be in \[1, sim.num_envs × ppo.rollout_steps=2048\]"),
+        ("bc.steps_per_iteration=30000", r"^bc.steps_per_iteration: must be in \[1, gradient_steps=20000\]"),
+        ("diffusion.denoiser.groups=0", r"^diffusion.denoiser.groups: must be ≥ 1, got 0$"),
+        ("flow.encoder.image_channels=12", r"^flow.encoder.image_channels: must be a multiple of 8, got 12$"),
+        ("sac.critic_obs_key=critc", r"^sac.critic_obs_key: must be 'critic' \(privileged\) or 'policy', got 'critc'$"),
+        ("sim.device=gpu", r"^sim.device: not a torch device: 'gpu'; e.g. cpu, cuda, cuda:1$"),
+    ],
+)
+def test_numeric_fields_are_range_checked_with_the_field_path(override, message):
+    from policyforge.algos.runner import RunConfig as FullRunConfig
+
+    with pytest.raises(ConfigError, match=message):
+        load(FullRunConfig, None, [override])
+
+
+def test_malformed_yaml_names_the_file_and_line(tmp_path, capsys):
+    from policyforge.cli import main
+
+    recipe = tmp_path / "broken.yaml"
+    recipe.write_text("sim:\n  num_envs: [1, 2\nppo: {}\n")
+    with pytest.raises(
+        ConfigError, match=rf"^{recipe}: is not valid YAML: expected ',' or '\]'.* at line 3, column 4$"
+    ):
+        load(RunConfig, recipe)
+    assert main(["train", str(recipe)]) == 2
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert f"{recipe}: is not valid YAML" in printed and "at line 3, column 4" in printed
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"", "is empty; a config file holds a mapping"),
+        (b"# only a comment\n", "is empty; a config file holds a mapping"),
+        (b"name: caf\xe9\n", r"is not UTF-8 text \(byte 0xe9 at offset 9\); save it as UTF-8"),
+        (b"- 1\n- 2\n", "the file must hold a mapping of config sections"),
+    ],
+)
+def test_empty_non_utf8_and_non_mapping_files_are_refused(tmp_path, content, message):
+    path = tmp_path / "run.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as err:
+        load(RunConfig, path)
+    assert err.value.path == str(path)
+
+
+def test_malformed_override_value_names_the_override():
+    with pytest.raises(ConfigError, match=r"^sim.task_options: the value '\[1,2' is not valid YAML \(expected"):
+        load(RunConfig, None, ["sim.task_options=[1,2"])
+
+
+def test_task_options_are_checked_at_load():
+    with pytest.raises(ConfigError, match=r"^sim.task_options.episode_seconds: must be in \[control_dt=0.05, 3600\]"):
+        load(RunConfig, None, ["sim.task_options.episode_seconds=1e9"])
+    with pytest.raises(ConfigError, match=r"^sim.task_options.max_tilt: must be in \(0, π\] rad"):
+        load(RunConfig, None, ["sim.task=quadruped-walk", "sim.task_options.max_tilt=7"])
+
+
+def test_eval_refuses_a_non_positive_env_count(tmp_path, capsys):
+    from rich.console import Console
+
+    from policyforge.algos.runner import RunConfig as FullRunConfig
+    from policyforge.algos.runner import Runner
+    from policyforge.cli import main
+
+    settings = {"name": "tiny", "out_dir": str(tmp_path), "sim": {"num_envs": 2}, "policy": {"hidden": [8]}}
+    settings.update({"ppo": {"rollout_steps": 4, "critic_hidden": [8], "minibatches": 2}})
+    settings["runner"] = {"total_env_steps": 8, "eval_envs": 2, "video": "none", "tensorboard": False}
+    runner = Runner.start(from_dict(FullRunConfig, settings), Console(quiet=True))
+    runner.train()
+    runner.close()
+    for envs in ("0", "-3"):
+        assert main(["eval", str(tmp_path / "tiny"), "--envs", envs]) == 2
+        assert (
+            f"--envs: must be in [1, 65536] (evaluation episodes, one per env), got {envs}" in capsys.readouterr().out
+        )

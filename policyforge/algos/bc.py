@@ -19,12 +19,15 @@ import torch
 from diffusers.optimization import get_cosine_schedule_with_warmup
 
 from policyforge.algos.base import Algorithm, StepCallback
-from policyforge.config import ConfigError, check
+from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.data.layout import ACTION, STATE
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
 from policyforge.sims.vec_env import VecEnv
+
+MAX_BATCH_SIZE = 65_536
+"""Most windows per gradient step (Diffusion Policy trains with 64-256); more is a typo that fails to allocate."""
 
 
 @dataclasses.dataclass
@@ -53,12 +56,20 @@ class BCConfig:
     """Clip the gradient norm to this (0: off)."""
 
     def __post_init__(self) -> None:
-        check(self.gradient_steps > 0, "gradient_steps", f"must be > 0, got {self.gradient_steps}")
-        check(self.steps_per_iteration > 0, "steps_per_iteration", f"must be > 0, got {self.steps_per_iteration}")
-        check(self.batch_size > 0, "batch_size", f"must be > 0, got {self.batch_size}")
-        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        check(0 <= self.ema_decay < 1, "ema_decay", f"must be in [0, 1), got {self.ema_decay}")
-        check(self.max_episodes >= 0, "max_episodes", f"must be ≥ 0, got {self.max_episodes}")
+        check_in(self.max_episodes, "max_episodes", "[0, inf)", "0: all")
+        check_in(self.gradient_steps, "gradient_steps", "[1, inf)")
+        check_in(
+            self.steps_per_iteration,
+            "steps_per_iteration",
+            f"[1, gradient_steps={self.gradient_steps}]",
+            "past gradient_steps the cosine schedule raises the learning rate again",
+        )
+        check_in(self.batch_size, "batch_size", f"[1, {MAX_BATCH_SIZE}]")
+        check_in(self.lr, "lr", "(0, 1)", "AdamW moves every weight by about lr per step")
+        check_in(self.weight_decay, "weight_decay", "[0, 1]", "AdamW shrinks weights by lr × weight_decay per step")
+        check_in(self.warmup_steps, "warmup_steps", "[0, inf)")
+        check_in(self.ema_decay, "ema_decay", "[0, 1)")
+        check_in(self.grad_clip, "grad_clip", "[0, inf)", "0: off; a negative clip reverses every gradient")
 
 
 class DemoWindows:

@@ -5,8 +5,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from policyforge.config import check
-from policyforge.policies.networks import Activation
+from policyforge.config import check, check_bounds, check_in, check_sizes
+from policyforge.policies.networks import MAX_WIDTH, Activation
+
+MAX_ROLLOUT_STEPS = 10_000
+"""Most decisions per env per iteration: 10× the longest episode of any task here (quadruped-walk: 1000 steps);
+more is a typo that would fill memory before the first update."""
+MAX_LOSS_WEIGHT = 1000.0
+"""Largest weight of a loss term (value, entropy, BC) beside the policy loss's 1 (PPO uses 0.5 and 0.01): heavier
+terms drown the policy gradient, and near float32's limit their gradients overflow to NaN weights."""
+MAX_EPOCHS = 1000
+"""Most passes over one rollout (PPO uses 3-20; far more only overfits one batch and stalls the run)."""
 
 
 @dataclasses.dataclass
@@ -84,31 +93,26 @@ class PPOConfig:
     """Envs per GRPO group (advantage: grpo); must divide num_envs."""
 
     def __post_init__(self) -> None:
-        for name in ("rollout_steps", "epochs", "minibatches"):
-            check(getattr(self, name) >= 1, name, f"must be ≥ 1, got {getattr(self, name)}")
-        check(0 < self.gamma <= 1, "gamma", f"must be in (0, 1], got {self.gamma}")
-        check(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1], got {self.gae_lambda}")
-        check(self.clip_ratio > 0, "clip_ratio", f"must be > 0, got {self.clip_ratio}")
-        check(
-            self.critic_warmup_iterations >= 0,
-            "critic_warmup_iterations",
-            f"must be ≥ 0, got {self.critic_warmup_iterations}",
-        )
-        check(self.actor_lr > 0 and self.critic_lr > 0, "actor_lr", "learning rates must be > 0")
-        discount = self.denoising_discount
-        check(0 < discount <= 1, "denoising_discount", f"must be in (0, 1], got {discount}")
-        check(
-            self.clip_ratio_first is None or 0 < self.clip_ratio_first <= self.clip_ratio,
-            "clip_ratio_first",
-            f"must be in (0, clip_ratio={self.clip_ratio}] or null, got {self.clip_ratio_first}",
-        )
-        if self.log_prob_clamp is not None:
-            low, high = self.log_prob_clamp
-            check(low < high, "log_prob_clamp", f"must be [min, max] with min < max, got {list(self.log_prob_clamp)}")
-        check(
-            self.trainable_steps is None or self.trainable_steps >= 1,
-            "trainable_steps",
-            f"must be ≥ 1 or null, got {self.trainable_steps}",
-        )
-        check(self.bc_coef >= 0, "bc_coef", f"must be ≥ 0, got {self.bc_coef}")
-        check(self.group_size >= 2, "group_size", f"must be ≥ 2 (episodes to compare), got {self.group_size}")
+        check_in(self.rollout_steps, "rollout_steps", f"[1, {MAX_ROLLOUT_STEPS}]")
+        check_in(self.epochs, "epochs", f"[1, {MAX_EPOCHS}]")
+        check_in(self.minibatches, "minibatches", "[1, inf)")
+        check_in(self.actor_lr, "actor_lr", "(0, 1)")
+        check_in(self.critic_lr, "critic_lr", "(0, 1)")
+        check_in(self.gamma, "gamma", "(0, 1]")
+        check_in(self.gae_lambda, "gae_lambda", "[0, 1]")
+        check_in(self.clip_ratio, "clip_ratio", "(0, inf)")
+        check_in(self.clip_value, "clip_value", "(0, inf)", "null turns value clipping off")
+        check_in(self.value_coef, "value_coef", f"[0, {MAX_LOSS_WEIGHT:g}]")
+        check_in(self.entropy_coef, "entropy_coef", f"[0, {MAX_LOSS_WEIGHT:g}]")
+        check_in(self.max_grad_norm, "max_grad_norm", "(0, inf)", "a clip ≤ 0 zeroes or reverses every gradient")
+        check_in(self.target_kl, "target_kl", "(0, inf)", "null: never stop early")
+        check_sizes(self.critic_hidden, "critic_hidden", MAX_WIDTH)
+        key = self.critic_obs_key
+        check(key in ("critic", "policy"), "critic_obs_key", f"must be 'critic' (privileged) or 'policy', got {key!r}")
+        check_in(self.critic_warmup_iterations, "critic_warmup_iterations", "[0, inf)")
+        check_in(self.denoising_discount, "denoising_discount", "(0, 1]")
+        check_in(self.clip_ratio_first, "clip_ratio_first", f"(0, clip_ratio={self.clip_ratio}]", "or null")
+        check_bounds(self.log_prob_clamp, "log_prob_clamp", "[-inf, inf]", strict=True)
+        check_in(self.trainable_steps, "trainable_steps", "[1, inf)", "or null: every step")
+        check_in(self.bc_coef, "bc_coef", f"[0, {MAX_LOSS_WEIGHT:g}]")
+        check_in(self.group_size, "group_size", "[2, inf)", "episodes to compare")

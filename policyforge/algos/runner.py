@@ -24,10 +24,11 @@ from policyforge.algos.init_policy import load_initial_policy
 from policyforge.algos.logger import MetricsLogger, ProgressDisplay
 from policyforge.algos.plots import plot_learning_curves
 from policyforge.algos.ppo import PPOConfig
+from policyforge.algos.run_checks import check_sections
 from policyforge.algos.run_files import RunKind
 from policyforge.algos.run_lock import RunLock
 from policyforge.algos.sac import SACConfig
-from policyforge.config import check
+from policyforge.config import check, check_in, check_seed
 from policyforge.errors import DISK_FULL, UserError
 from policyforge.io import atomic_path, is_plain_name, write_json
 from policyforge.policies.base import Policy
@@ -36,6 +37,7 @@ from policyforge.policies.flow import FlowConfig
 from policyforge.policies.gaussian import GaussianConfig
 from policyforge.policies.residual import ResidualConfig
 from policyforge.sims import SimConfig, make_env
+from policyforge.sims.config import MAX_ENVS, MAX_THREADS
 from policyforge.sims.vec_env import VecEnv
 
 CONFIG_FILE = "config.yaml"
@@ -66,10 +68,12 @@ class RunnerConfig:
     """Write TensorBoard event files under tensorboard/."""
 
     def __post_init__(self) -> None:
-        check(self.total_env_steps > 0, "total_env_steps", f"must be > 0, got {self.total_env_steps}")
-        check(self.eval_envs >= 1, "eval_envs", f"must be ≥ 1, got {self.eval_envs}")
-        check(self.checkpoint_every >= 1, "checkpoint_every", f"must be ≥ 1, got {self.checkpoint_every}")
-        check(self.keep_checkpoints >= 1, "keep_checkpoints", f"must be ≥ 1, got {self.keep_checkpoints}")
+        check_in(self.total_env_steps, "total_env_steps", "[1, inf)")
+        check_in(self.eval_every_steps, "eval_every_steps", "[0, inf)", "0: only at the end")
+        check_in(self.eval_envs, "eval_envs", f"[1, {MAX_ENVS}]")
+        check_in(self.checkpoint_every, "checkpoint_every", "[1, inf)")
+        check_in(self.keep_checkpoints, "keep_checkpoints", "[1, inf)")
+        check_in(self.torch_threads, "torch_threads", f"[1, {MAX_THREADS}]")
 
 
 @dataclasses.dataclass
@@ -113,6 +117,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check(not self.name or is_plain_name(self.name), "name", run_files.plain_name_message(self.name))
+        check_seed(self.seed, "seed", EVAL_SEED_OFFSET)
+        check_sections(self)
         if self.algo == "sac":
             check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
         if self.ppo.update_policy_normalizer is None:  # a residual's own statistics start empty; its base's stay

@@ -12,11 +12,27 @@ import torch
 
 from policyforge.algos.base import Algorithm, StepCallback, select
 from policyforge.algos.replay import ReplayBuffer
-from policyforge.config import check
+from policyforge.config import check, check_in, check_sizes
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.critics import TwinQ
-from policyforge.policies.networks import Activation
+from policyforge.policies.networks import MAX_WIDTH, Activation
 from policyforge.sims.vec_env import VecEnv
+
+MAX_BUFFER_SIZE = 2**30
+"""Most replay transitions: the buffer is allocated up front and every transition holds two observations, so 2^30
+of them are tens of GB; more is a typo."""
+MAX_UPDATES_PER_STEP = 100
+"""Most gradient steps per transition (REDQ-style high update-to-data ratios use ≤ 20; more stalls the run)."""
+MAX_STEPS_PER_ITERATION = 10_000
+"""Most vector-env steps between logging points (and checkpoints); more hides a run's progress for hours."""
+MAX_ALPHA = 100.0
+"""Largest initial temperature: entropy (a few nats) against Q-values of order 1-1000; beyond this the actor
+learns nothing but entropy."""
+MAX_ENTROPY_SCALE = 10.0
+"""Largest target-entropy scale: −10 nats per action dimension is already a deterministic policy (σ ≈ e^-10);
+larger targets only drive the temperature to 0. A negative scale (a positive target) nears the most entropy a
+tanh-squashed Gaussian can have (log 2 nats per dimension: uniform actions), where the temperature grows without
+bound."""
 
 
 @dataclasses.dataclass
@@ -57,11 +73,21 @@ class SACConfig:
     """Observation the critics read."""
 
     def __post_init__(self) -> None:
-        check(self.batch_size >= 1, "batch_size", f"must be ≥ 1, got {self.batch_size}")
-        check(self.updates_per_step > 0, "updates_per_step", f"must be > 0, got {self.updates_per_step}")
-        check(self.buffer_size >= self.batch_size, "buffer_size", "must hold at least one batch")
-        check(0 < self.tau <= 1, "tau", f"must be in (0, 1], got {self.tau}")
-        check(self.policy_delay >= 1, "policy_delay", f"must be ≥ 1, got {self.policy_delay}")
+        check_in(self.buffer_size, "buffer_size", f"[1, {MAX_BUFFER_SIZE}]", "it is allocated up front")
+        check_in(self.batch_size, "batch_size", f"[1, buffer_size={self.buffer_size}]")
+        check_in(self.updates_per_step, "updates_per_step", f"(0, {MAX_UPDATES_PER_STEP}]")
+        check_in(self.steps_per_iteration, "steps_per_iteration", f"[1, {MAX_STEPS_PER_ITERATION}]")
+        check_in(self.learning_starts, "learning_starts", "[0, inf)")
+        for name in ("actor_lr", "critic_lr", "alpha_lr"):
+            check_in(getattr(self, name), name, "(0, 1)", "Adam moves every weight by about lr per step")
+        check_in(self.gamma, "gamma", "(0, 1]")
+        check_in(self.tau, "tau", "(0, 1]")
+        check_in(self.init_alpha, "init_alpha", f"(0, {MAX_ALPHA}]")
+        check_in(self.target_entropy_scale, "target_entropy_scale", f"[0, {MAX_ENTROPY_SCALE}]")
+        check_in(self.policy_delay, "policy_delay", "[1, inf)")
+        check_sizes(self.critic_hidden, "critic_hidden", MAX_WIDTH)
+        key = self.critic_obs_key
+        check(key in ("critic", "policy"), "critic_obs_key", f"must be 'critic' (privileged) or 'policy', got {key!r}")
 
 
 class SAC(Algorithm):

@@ -17,8 +17,12 @@ from typing import Literal
 import torch
 from torch import nn
 
-from policyforge.config import check
-from policyforge.policies.networks import mlp
+from policyforge.config import check, check_in, check_sizes
+from policyforge.policies.networks import MAX_WIDTH, mlp
+
+MAX_KERNEL = 63
+"""Widest temporal kernel of the U-Net (Diffusion Policy uses 5) — it slides over chunks of at most a few dozen
+steps."""
 
 
 @dataclasses.dataclass
@@ -39,9 +43,15 @@ class DenoiserConfig:
     """GroupNorm groups (kind: unet); must divide every entry of unet_channels."""
 
     def __post_init__(self) -> None:
-        check(self.time_dim % 2 == 0 and self.time_dim > 0, "time_dim", f"must be even and > 0, got {self.time_dim}")
-        check(all(h > 0 for h in self.hidden), "hidden", f"layer sizes must be positive, got {self.hidden}")
+        check_in(self.time_dim, "time_dim", f"[2, {MAX_WIDTH}]")
+        check(self.time_dim % 2 == 0, "time_dim", f"must be even, got {self.time_dim}")
+        check_sizes(self.hidden, "hidden", MAX_WIDTH)
+        check_in(self.kernel_size, "kernel_size", f"[1, {MAX_KERNEL}]")
         check(self.kernel_size % 2 == 1, "kernel_size", f"must be odd, got {self.kernel_size}")
+        check_sizes(self.unet_channels, "unet_channels", MAX_WIDTH)
+        check(self.kind != "mlp" or bool(self.hidden), "hidden", "the MLP denoiser needs at least one hidden layer")
+        check(self.kind != "unet" or bool(self.unet_channels), "unet_channels", "the U-Net needs at least one level")
+        check_in(self.groups, "groups", "[1, inf)")
         check(
             all(c % self.groups == 0 for c in self.unet_channels),
             "unet_channels",

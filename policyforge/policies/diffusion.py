@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 
-from policyforge.config import check
+from policyforge.config import check_in
 from policyforge.policies.base import Obs, Sample
 from policyforge.policies.chunked import (
     ChunkConfig,
@@ -27,6 +27,8 @@ from policyforge.policies.chunked import (
 from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.encoders import EncoderConfig
 
+MAX_TIMESTEPS = 10_000
+"""Most DDPM training steps (DDPM uses 1000, Diffusion Policy 100); the schedule is tabulated per step."""
 Coefficient = float | torch.Tensor
 """A schedule coefficient: a float for one step, [B, 1, 1] for a batch of steps."""
 
@@ -61,15 +63,13 @@ class DiffusionConfig:
     """Predicted clean actions clipped to ± this (actions live in [-1, 1])."""
 
     def __post_init__(self) -> None:
-        check(self.train_timesteps >= 2, "train_timesteps", f"must be ≥ 2, got {self.train_timesteps}")
-        check(
-            1 <= self.inference_steps <= self.train_timesteps,
-            "inference_steps",
-            f"must be in [1, train_timesteps={self.train_timesteps}], got {self.inference_steps}",
-        )
-        check(self.eta >= 0, "eta", f"must be ≥ 0, got {self.eta}")
-        check(self.min_std > 0, "min_std", f"must be > 0 (log-probabilities need a std), got {self.min_std}")
-        check(self.noise_clip > 0, "noise_clip", f"must be > 0, got {self.noise_clip}")
+        check_in(self.train_timesteps, "train_timesteps", f"[2, {MAX_TIMESTEPS}]")
+        check_in(self.inference_steps, "inference_steps", f"[1, train_timesteps={self.train_timesteps}]")
+        check_in(self.eta, "eta", "[0, 1]", "0: deterministic DDIM, 1: DDPM's variance")
+        why = "actions live in [-1, 1]; RL fine-tuning needs ≥ 0.001 (run_checks), sampling alone any floor"
+        check_in(self.min_std, "min_std", "(0, 1]", why)
+        check_in(self.noise_clip, "noise_clip", "(0, inf)")
+        check_in(self.x0_clip, "x0_clip", "(0, inf)", "actions live in [-1, 1]")
 
 
 class DiffusionPolicy(ChunkedPolicy):

@@ -16,9 +16,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from policyforge.config import check
-from policyforge.policies.networks import mlp
+from policyforge.config import check, check_in
+from policyforge.policies.networks import MAX_WIDTH, mlp
 from policyforge.policies.normalizer import RunningNormalizer
+
+MAX_CHANNELS = 1024
+"""Most channels of the image CNN (it runs at full image resolution for every view and time step)."""
+MAX_SHIFT = 64
+"""Largest random shift, px: DrQ shifts 64-128 px images by 4."""
 
 
 @dataclasses.dataclass
@@ -38,10 +43,11 @@ class EncoderConfig:
     """Random-shift augmentation while training: pad by this many pixels and crop back (0: off)."""
 
     def __post_init__(self) -> None:
-        check(self.state_features >= 0, "state_features", f"must be ≥ 0, got {self.state_features}")
-        check(self.image_features > 0, "image_features", f"must be > 0, got {self.image_features}")
-        check(self.image_channels > 0, "image_channels", f"must be > 0, got {self.image_channels}")
-        check(self.random_shift >= 0, "random_shift", f"must be ≥ 0, got {self.random_shift}")
+        check_in(self.state_features, "state_features", f"[0, {MAX_WIDTH}]", "0: the flattened state")
+        check_in(self.image_features, "image_features", f"[1, {MAX_WIDTH}]")
+        check_in(self.image_channels, "image_channels", f"[8, {MAX_CHANNELS}]", "its GroupNorm has 8 groups")
+        check(self.image_channels % 8 == 0, "image_channels", f"must be a multiple of 8, got {self.image_channels}")
+        check_in(self.random_shift, "random_shift", f"[0, {MAX_SHIFT}]", unit=" px")
 
 
 class _ResidualConv(nn.Module):

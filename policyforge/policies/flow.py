@@ -27,9 +27,10 @@ from typing import Literal
 import torch
 from torch import nn
 
-from policyforge.config import check
+from policyforge.config import check, check_bounds, check_in, check_sizes
 from policyforge.policies.base import Chain, Obs, Sample
 from policyforge.policies.chunked import (
+    MIN_STD,
     ChunkConfig,
     ChunkedPolicy,
     gaussian_entropy,
@@ -38,9 +39,11 @@ from policyforge.policies.chunked import (
 )
 from policyforge.policies.denoisers import DenoiserConfig, SinusoidalEmbedding
 from policyforge.policies.encoders import EncoderConfig
-from policyforge.policies.networks import mlp
+from policyforge.policies.networks import MAX_WIDTH, mlp
 
 FlowVariant = Literal["rectified", "shortcut", "meanflow"]
+MAX_STEPS = 1000
+"""Most integration steps (flow policies sample in 1-10)."""
 
 
 @dataclasses.dataclass
@@ -73,10 +76,11 @@ class FlowConfig:
     instantaneous flow matching."""
 
     def __post_init__(self) -> None:
-        check(self.steps >= 1, "steps", f"must be ≥ 1, got {self.steps}")
-        low, high = self.noise_std_range
-        check(0 < low <= high, "noise_std_range", f"must be [min, max] with 0 < min ≤ max, got {[low, high]}")
-        check(self.sde_noise_level > 0, "sde_noise_level", f"must be > 0, got {self.sde_noise_level}")
+        check_in(self.steps, "steps", f"[1, {MAX_STEPS}]")
+        check_bounds(self.noise_std_range, "noise_std_range", f"[{MIN_STD}, 1]", "actions live in [-1, 1]")
+        check_sizes(self.noise_hidden, "noise_hidden", MAX_WIDTH)
+        why = "Flow-GRPO uses 0.7; above 1 noise swamps the flow"
+        check_in(self.sde_noise_level, "sde_noise_level", f"[{MIN_STD}, 1]", why)
         check(
             self.chain_noise != "sde" or self.steps >= 2,
             "steps",

@@ -12,10 +12,10 @@ import math
 import torch
 from torch import nn
 
-from policyforge.config import check
+from policyforge.config import check_bounds, check_in, check_sizes
 from policyforge.policies.base import Obs, Policy, Sample
 from policyforge.policies.chunked import gaussian_log_density
-from policyforge.policies.networks import Activation, mlp
+from policyforge.policies.networks import MAX_WIDTH, Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -41,10 +41,10 @@ class GaussianConfig:
     """Normalise observations with running statistics inside the policy."""
 
     def __post_init__(self) -> None:
-        check(self.init_std > 0, "init_std", f"must be > 0, got {self.init_std}")
-        check(all(h > 0 for h in self.hidden), "hidden", f"layer sizes must be positive, got {self.hidden}")
-        low, high = self.log_std_bounds
-        check(low < high, "log_std_bounds", f"must be [low, high] with low < high, got {list(self.log_std_bounds)}")
+        check_sizes(self.hidden, "hidden", MAX_WIDTH)
+        check_in(self.init_std, "init_std", "(0, inf)")
+        why = "std e^-20 … e^20 is beyond any use; float32 overflows at e^88"
+        check_bounds(self.log_std_bounds, "log_std_bounds", "[-20, 20]", why, strict=True)
 
 
 class GaussianPolicy(Policy):

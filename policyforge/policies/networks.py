@@ -9,6 +9,9 @@ from typing import Literal
 from torch import nn
 
 Activation = Literal["elu", "tanh", "relu", "silu", "mish"]
+MAX_WIDTH = 16_384
+"""Widest layer a config may ask for (hidden sizes, channels, features): a 16384² layer already holds 268M weights
+(1 GB); wider is a typo that fails to allocate."""
 _ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "mish": nn.Mish}
 
 

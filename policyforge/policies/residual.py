@@ -24,10 +24,10 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from policyforge.config import check
+from policyforge.config import check_in, check_sizes
 from policyforge.policies.base import Obs, Policy, Sample
-from policyforge.policies.chunked import gaussian_entropy, gaussian_log_density, gaussian_log_prob
-from policyforge.policies.networks import Activation, mlp
+from policyforge.policies.chunked import MIN_STD, gaussian_entropy, gaussian_log_density, gaussian_log_prob
+from policyforge.policies.networks import MAX_WIDTH, Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
 BASE_ACTION_KEY = "base_action"
@@ -56,9 +56,11 @@ class ResidualConfig:
     false: one correction of the whole chunk, decided when the base plans it."""
 
     def __post_init__(self) -> None:
-        check(self.scale > 0, "scale", f"must be > 0, got {self.scale}")
-        check(self.init_std > 0, "init_std", f"must be > 0, got {self.init_std}")
-        check(all(h > 0 for h in self.hidden), "hidden", f"layer sizes must be positive, got {self.hidden}")
+        check_sizes(self.hidden, "hidden", MAX_WIDTH)
+        why = "actions live in [-1, 1]: 2 spans the range, below 0.001 a correction moves nothing"
+        check_in(self.scale, "scale", "[0.001, 2]", why)
+        check_in(self.init_std, "init_std", f"[{MIN_STD}, 10]", "actions live in [-1, 1]")
+        check_in(self.out_gain, "out_gain", "[0, 1]", "near 0, so the policy starts as its base")
 
 
 class ResidualPolicy(Policy):

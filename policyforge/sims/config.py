@@ -5,7 +5,29 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from policyforge.config import check
+import torch
+
+from policyforge.config import ConfigError, check_bounds, check_in, from_dict
+
+MAX_ENVS = 65_536
+"""Most environments in one batch (sim.num_envs, runner.eval_envs): 16× the largest batch the benchmarks run (4096 MJX
+envs, bench/mjx_scaling.py); more is a typo that exhausts memory."""
+MAX_THREADS = 1024
+"""Most threads of the simulator or of torch; more than any machine has cores."""
+MAX_IMAGE_SIZE = 1024
+"""Largest image side, pixels: policies here read 64-128 px images; every env renders one per camera and step."""
+FRICTION_SCALES = "(0, 5]"
+"""Allowed friction scales: MuJoCo's coefficients are ~1 and real contact pairs range 0.1-1.5, so 5× is beyond any
+real surface; at 0 nothing can push or walk."""
+MASS_SCALES = "[0.1, 10]"
+"""Allowed mass scales: a robot of a tenth or ten times its modelled mass is another robot, and the PD gains and
+torque limits tuned for it no longer hold it (mass → 0 also makes the dynamics singular)."""
+GAIN_SCALES = "[0.1, 10]"
+"""Allowed PD gain (kp, kd) scales: a servo at a tenth of its stiffness cannot hold the robot up, and one at ten times
+it is other hardware, not a randomised copy (stiffer loops also need smaller physics steps than the tasks' 5 ms)."""
+COM_OFFSETS = "[0, 0.2]"
+"""Allowed centre-of-mass shifts, m: 0.2 m already moves the quadruped's centre of mass to the end of its trunk
+(real payload offsets are a few cm)."""
 
 
 @dataclasses.dataclass
@@ -26,13 +48,11 @@ class RandomizationConfig:
     """Draw new parameters for an environment whenever it resets (else once, at `reset(seed)`)."""
 
     def __post_init__(self) -> None:
-        for name in ("friction", "mass_scale", "kp_scale", "kd_scale"):
-            value = getattr(self, name)
-            if value is not None:
-                low, high = value
-                check(0 < low <= high, name, f"must be [low, high] with 0 < low ≤ high, got {list(value)}")
-        if self.com_offset is not None:
-            check(self.com_offset >= 0, "com_offset", f"must be ≥ 0 m, got {self.com_offset}")
+        check_bounds(self.friction, "friction", FRICTION_SCALES)
+        check_bounds(self.mass_scale, "mass_scale", MASS_SCALES)
+        check_bounds(self.kp_scale, "kp_scale", GAIN_SCALES)
+        check_bounds(self.kd_scale, "kd_scale", GAIN_SCALES)
+        check_in(self.com_offset, "com_offset", COM_OFFSETS, unit=" m")
 
     @property
     def enabled(self) -> bool:
@@ -51,11 +71,8 @@ class ImageConfig:
     """Image height, pixels."""
 
     def __post_init__(self) -> None:
-        check(
-            self.width > 0 and self.height > 0,
-            "width",
-            f"image size must be positive, got {self.width}x{self.height}",
-        )
+        check_in(self.width, "width", f"[1, {MAX_IMAGE_SIZE}]", unit=" px")
+        check_in(self.height, "height", f"[1, {MAX_IMAGE_SIZE}]", unit=" px")
 
 
 @dataclasses.dataclass
@@ -81,5 +98,14 @@ class SimConfig:
     """Image observations."""
 
     def __post_init__(self) -> None:
-        check(self.num_envs >= 1, "num_envs", f"must be ≥ 1, got {self.num_envs}")
-        check(self.num_threads >= 0, "num_threads", f"must be ≥ 0 (0: all cores), got {self.num_threads}")
+        check_in(self.num_envs, "num_envs", f"[1, {MAX_ENVS}]")
+        check_in(self.num_threads, "num_threads", f"[0, {MAX_THREADS}]", "0: one per CPU core")
+        try:
+            torch.device(self.device)
+        except RuntimeError:
+            raise ConfigError("device", f"not a torch device: {self.device!r}; e.g. cpu, cuda, cuda:1") from None
+        if not self.task.startswith("gym:"):
+            from policyforge.sims.tasks import TASKS  # imported here: the tasks import this module's package
+
+            if self.task in TASKS:  # an unknown name is refused by make_task, with the list of tasks
+                from_dict(TASKS[self.task].config_class, self.task_options, "task_options")

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 import mujoco
 import numpy as np
 
-from policyforge.config import ConfigError, check
+from policyforge.config import ConfigError, check_in
 
 Array = Any  # a numpy or jax array
 Xp = Any  # an array namespace: numpy or jax.numpy
@@ -75,6 +75,11 @@ class ResetState(NamedTuple):
     """Task variables [n, ...]; the same keys and trailing shapes on every reset."""
 
 
+MAX_EPISODE_SECONDS = 3600.0
+"""Longest episode, s: an hour of simulated time (the tasks' episodes last 4-20 s); evaluation waits for every env's
+first episode to end, so a longer one is a run that never finishes."""
+
+
 @dataclasses.dataclass
 class TaskConfig:
     """Options shared by every task; each task extends this with its own fields."""
@@ -85,8 +90,9 @@ class TaskConfig:
     """Episode length in seconds; episodes past it are truncated (not terminated)."""
 
     def __post_init__(self) -> None:
-        check(self.control_dt > 0, "control_dt", f"must be > 0 seconds, got {self.control_dt}")
-        check(self.episode_seconds >= self.control_dt, "episode_seconds", "must be ≥ control_dt")
+        check_in(self.control_dt, "control_dt", "(0, 1]", unit=" s")
+        interval = f"[control_dt={self.control_dt:g}, {MAX_EPISODE_SECONDS:g}]"
+        check_in(self.episode_seconds, "episode_seconds", interval, unit=" s")
 
 
 class SensorIndex:

@@ -15,7 +15,7 @@ from typing import Literal
 import mujoco
 import numpy as np
 
-from policyforge.config import check
+from policyforge.config import check_in
 from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp, asset_path
 from policyforge.sims.xmath import (
     cross,
@@ -74,11 +74,13 @@ class ArmConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.success_threshold > 0, "success_threshold", "must be > 0 m")
-        check(0 < self.joint_speed_fraction <= 1, "joint_speed_fraction", "must be in (0, 1]")
-        check(self.ee_step > 0 and self.ee_rot_step > 0, "ee_step", "ee_step and ee_rot_step must be > 0")
-        check(self.ik_damping >= 0, "ik_damping", "must be ≥ 0")
-        check(self.action_rate_penalty >= 0, "action_rate_penalty", "must be ≥ 0")
+        check_in(self.success_threshold, "success_threshold", "(0, 1]", unit=" m")
+        check_in(self.joint_speed_fraction, "joint_speed_fraction", "(0, 1]")
+        check_in(self.ee_step, "ee_step", "(0, 0.5]", "the arm's reach is under 1 m", unit=" m")
+        check_in(self.ee_rot_step, "ee_rot_step", "(0, π]", unit=" rad")
+        check_in(self.ik_damping, "ik_damping", "[0, inf)")
+        check_in(self.init_joint_noise, "init_joint_noise", "[0, π]", unit=" rad")
+        check_in(self.action_rate_penalty, "action_rate_penalty", "[0, 1000]", "the reward's other terms are ≤ 1")
 
 
 class ArmTask(Task):

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from policyforge.config import check
+from policyforge.config import check_in
 from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp
 from policyforge.sims.xmath import wrap_angle
 
@@ -26,7 +26,8 @@ class PendulumConfig(TaskConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.upright_tolerance > 0, "upright_tolerance", "must be > 0 rad")
+        check_in(self.max_speed, "max_speed", "[0.1, 100]", "observations and rewards divide by it", " rad/s")
+        check_in(self.upright_tolerance, "upright_tolerance", "(0, π]", unit=" rad")
 
 
 class PendulumSwingup(Task):

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from policyforge.config import check
+from policyforge.config import check, check_bounds, check_in
 from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp
 from policyforge.sims.xmath import projected_gravity
 
@@ -99,11 +99,18 @@ class QuadrupedConfig(TaskConfig):
             "reward_weights",
             f"unknown terms {sorted(unknown)}; known: {sorted(DEFAULT_WEIGHTS)}",
         )
+        why = "m/s or rad/s; the Go2 tops out near 3.5 m/s"
         for name in ("command_x", "command_y", "command_yaw"):
-            low, high = getattr(self, name)
-            check(low <= high, name, f"must be [low, high] with low ≤ high, got {[low, high]}")
-        check(self.action_scale > 0, "action_scale", "must be > 0 rad")
-        check(0 <= self.zero_command_probability <= 1, "zero_command_probability", "must be in [0, 1]")
+            check_bounds(getattr(self, name), name, "[-5, 5]", why)
+        check_in(self.action_scale, "action_scale", "(0, π]", unit=" rad")
+        check_in(self.zero_command_probability, "zero_command_probability", "[0, 1]")
+        check_in(self.tracking_sigma, "tracking_sigma", "(0, inf)", "the tracking rewards divide by it")
+        check_in(self.air_time_target, "air_time_target", "[0, 10]", "a 10 s swing is no longer a step", " s")
+        for term, weight in self.reward_weights.items():
+            check_in(weight, f"reward_weights.{term}", "[-1000, 1000]", "the default weights are 2e-4 to 5")
+        check_in(self.min_height, "min_height", f"[0, {STAND_HEIGHT})", "the trunk starts at that height", " m")
+        check_in(self.max_tilt, "max_tilt", "(0, π]", unit=" rad")
+        check_in(self.init_joint_noise, "init_joint_noise", "[0, π]", unit=" rad")
 
 
 class QuadrupedWalk(Task):
