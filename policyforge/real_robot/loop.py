@@ -313,7 +313,7 @@ class ControlLoop:
                             command = self.adapter.command(action)
                     filtered = self.safety(command, state, time.monotonic())
                     steps.note(filtered)
-                    self.robot.send(filtered.command)
+                    self.safety.sent(self.robot.send(filtered.command))
                     if self.on_tick is not None:
                         self.on_tick(tick, state, filtered)
                     tick += 1

@@ -97,13 +97,20 @@ class Command:
     the joint solution the driver will reach it with (or the current joints)."""
     ee_orientation: np.ndarray | None = None
     """Cartesian mode: the end-effector orientation target [4] (w, x, y, z)."""
+    valid_until: float | None = None
+    """`time.monotonic()` after which this command must not reach the motors, s: the safety filter's PD-torque
+    bound holds only if it lands by then (the filter's time plus `SafetyConfig.torque_horizon`). A driver of
+    PD-controlled motors checks it right before the command leaves and sends its safe command instead when it is
+    late (the process was held up in between). None: no deadline."""
 
     def copy(self) -> Command:
         return Command(**{f.name: _copy(getattr(self, f.name)) for f in dataclasses.fields(self)})
 
 
-def _copy(value: np.ndarray | None) -> np.ndarray | None:
-    return None if value is None else np.array(value, dtype=np.float64)
+def _copy(value: np.ndarray | float | None) -> np.ndarray | float | None:
+    if value is None or isinstance(value, float):
+        return value
+    return np.array(value, dtype=np.float64)
 
 
 def safe_command(spec: RobotSpec, state: RobotState) -> Command:

@@ -182,9 +182,15 @@ class SafetyFilter:
             return self._safe_output(state, now, reasons)
         self._safe = None
         out = self._limit_motion(self._accepted, state, now, reasons)
+        out.valid_until = now + self.config.torque_horizon
         self._last_sent = out
         self._note(reasons, now)
         return Filtered(out, "normal", tuple(sorted(reasons)))
+
+    def sent(self, command: Command) -> None:
+        """What the driver actually sent in place of the filter's last output (`Robot.send` returns it): the next
+        command steps on from it. A driver sends its safe command instead of one that missed its deadline."""
+        self._last_sent = command
 
     # -- steps -------------------------------------------------------------------------------------------
 
