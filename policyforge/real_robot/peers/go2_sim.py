@@ -60,7 +60,9 @@ MEASUREMENT_LATENCY = 0.02
 
 @dataclasses.dataclass
 class StateFaults:
-    """Faults the peer injects into its own LowState stream, at simulated times (s)."""
+    """Faults the peer injects into its own LowState stream, at times of its clock (s since it started, as its
+    state stamps count them: on a loaded machine the physics falls behind that clock, and the driver's loop
+    follows the clock, not the physics)."""
 
     drop: tuple[float, float] | None = None
     """(start, duration): no LowState is published in this window."""
@@ -77,15 +79,15 @@ class StateOutbox:
         self.writer, self.faults = writer, faults
         self.delayed: collections.deque[tuple[float, LowState_]] = collections.deque()
 
-    def publish(self, msg: LowState_, sim_time: float, now: float) -> None:
+    def publish(self, msg: LowState_, clock: float, now: float) -> None:
         faults = self.faults
-        if faults.die_at is not None and sim_time >= faults.die_at:
+        if faults.die_at is not None and clock >= faults.die_at:
             os._exit(3)
         while self.delayed and self.delayed[0][0] <= now:
             self.writer.write(self.delayed.popleft()[1])
-        if faults.drop and faults.drop[0] <= sim_time < faults.drop[0] + faults.drop[1]:
+        if faults.drop and faults.drop[0] <= clock < faults.drop[0] + faults.drop[1]:
             return
-        if faults.delay and faults.delay[0] <= sim_time < faults.delay[0] + faults.delay[1]:
+        if faults.delay and faults.delay[0] <= clock < faults.delay[0] + faults.delay[1]:
             self.delayed.append((now + faults.delay[2], msg))
         elif not self.delayed:  # in order: nothing overtakes a delayed message
             self.writer.write(msg)
@@ -271,7 +273,7 @@ def serve(config: Go2PeerConfig) -> dict:
         written = time.monotonic()
         # stamped with the time since start, as the robot's own clock counts it: after a stall the physics
         # catches up in a burst, but the stamps stay true to when each state is sent
-        outbox.publish(robot.lowstate(round((written - start) * 1000)), robot.tick * period, written)
+        outbox.publish(robot.lowstate(round((written - start) * 1000)), written - start, written)
         facts["steps"] = robot.tick
         facts["max_publish_gap_ms"] = max(facts["max_publish_gap_ms"], (written - last_written) * 1e3)
         last_written = written
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stats", type=Path, default=None)
     parser.add_argument("--drop-state", default=None, help="START,DURATION (s): publish no LowState then")
     parser.add_argument("--delay-state", default=None, help="START,DURATION,DELAY (s): publish LowStates late")
-    parser.add_argument("--die-at", type=float, default=None, help="exit abruptly at this simulated time (s)")
+    parser.add_argument("--die-at", type=float, default=None, help="exit abruptly at this time of its clock (s)")
     args = parser.parse_args(argv)
     numbers = lambda text: tuple(float(x) for x in text.split(",")) if text else None  # noqa: E731
     faults = StateFaults(drop=numbers(args.drop_state), delay=numbers(args.delay_state), die_at=args.die_at)
