@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from policyforge.config import ConfigError, load
-from policyforge.errors import UserError
+from policyforge.errors import DISK_FULL, UserError
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 DEMO_RECIPE = "arm-reach-ppo.yaml"
@@ -411,6 +411,15 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args, console) or 0  # a command's own exit status (deploy: ESTOP_EXIT)
     except (UserError, FileExistsError, FileNotFoundError) as err:
         console.print(f"[red]error[/red] {err}")
+        return 2
+    except OSError as err:
+        if err.errno not in DISK_FULL:
+            raise
+        console.print(
+            f"[red]error[/red] writing {err.filename or 'a file'} failed ({err.strerror}): the disk is full or a "
+            "file-size limit was reached. policyforge writes its files atomically, so what was complete before is "
+            "intact: free space (or lift the limit) and run the command again (a training run: train --resume RUN)"
+        )
         return 2
 
 

@@ -87,8 +87,13 @@ def write(path: Path, state: dict[str, Any]) -> Path:
         "sha256": hashlib.sha256(payload).hexdigest(),
         "payload": torch.frombuffer(payload, dtype=torch.uint8),
     }
+    serialized = io.BytesIO()  # torch's own file writer reports a full disk as a bare RuntimeError; Python names it
+    torch.save(container, serialized)
     with atomic_path(path) as tmp:
-        torch.save(container, tmp)
+        try:
+            tmp.write_bytes(serialized.getbuffer())
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(path)) from err
     return Path(path)
 
 

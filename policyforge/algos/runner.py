@@ -5,7 +5,6 @@ exact resumption (from the newest intact checkpoint), plots; one process trains 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import random
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from policyforge.algos.ppo import PPOConfig
 from policyforge.algos.run_lock import RunLock
 from policyforge.algos.sac import SACConfig
 from policyforge.config import check
-from policyforge.errors import UserError
+from policyforge.errors import DISK_FULL, UserError
 from policyforge.io import atomic_path, write_json
 from policyforge.policies.base import Policy
 from policyforge.policies.diffusion import DiffusionConfig
@@ -266,7 +265,7 @@ class Runner:
             self.save_checkpoint(finished=True)
             return summary
         except OSError as err:
-            if err.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            if err.errno not in DISK_FULL:
                 raise
             raise RunWriteError(
                 f"writing to {self.run_dir} failed ({err.strerror}); its files up to its last checkpoint are intact: "

@@ -12,7 +12,9 @@ import contextlib
 import dataclasses
 import json
 import termios
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -65,28 +67,40 @@ class FeetechConfig:
     """Bus speed, baud."""
     rate_hz: float = 30.0
     """Command rate the spec announces."""
+    reply_timeout: float | None = None
+    """Wait at least this long for a servo's reply, s (None: the SDK's own, 2 ms plus twice the USB adapter's
+    16 ms latency timer, ~34 ms at 1 Mbaud). Raise it for a bus emulated on a loaded computer, whose replies
+    come when its thread is scheduled."""
 
 
 class FeetechBus:
-    """Sync reads and writes of one 2-byte register over the servos `ids`."""
+    """Sync reads and writes of one 2-byte register over the servos `ids`; `reply_timeout`: see FeetechConfig."""
 
-    def __init__(self, port: str, baudrate: int, ids: list[int]):
+    def __init__(self, port: str, baudrate: int, ids: list[int], reply_timeout: float | None = None):
         import scservo_sdk as scs
 
         self.scs, self.ids = scs, ids
         self.port = scs.PortHandler(port)
         if not self.port.openPort() or not self.port.setBaudRate(baudrate):
             raise ConnectionError(f"Feetech: cannot open {port} at {baudrate} baud")
+        if reply_timeout is not None:  # the SDK sets its time-out per packet, from the packet's length
+            sdk_timeout = self.port.setPacketTimeout
+
+            def packet_timeout(packet_length: int) -> None:
+                sdk_timeout(packet_length)
+                self.port.packet_timeout = max(self.port.packet_timeout, reply_timeout * 1e3)  # ms
+
+            self.port.setPacketTimeout = packet_timeout
         self.packets = scs.PacketHandler(0)  # STS/SMS: little-endian words
         self.reader = scs.GroupSyncRead(self.port, self.packets, PRESENT_POSITION, 2)
         for servo in ids:
             self.reader.addParam(servo)
 
     def ping(self, servo: int, attempts: int = 3) -> bool:
-        """Whether `servo` answers; a late reply (a loaded host, a noisy bus) is retried before giving up."""
+        """Whether `servo` answers; a late, short or garbled reply (a loaded host, a noisy bus) is retried
+        before giving up."""
         for _ in range(attempts):
-            _, result, _ = self.packets.ping(self.port, servo)
-            if result == self.scs.COMM_SUCCESS:
+            if self._transfer(lambda: self.packets.ping(self.port, servo)[1]) == self.scs.COMM_SUCCESS:
                 return True
         return False
 
@@ -94,13 +108,16 @@ class FeetechBus:
         writer = self.scs.GroupSyncWrite(self.port, self.packets, address, size)
         for servo, value in values.items():
             writer.addParam(servo, list(int(value).to_bytes(size, "little")))
-        if _transfer(writer.txPacket) != self.scs.COMM_SUCCESS:
+        if self._transfer(writer.txPacket) != self.scs.COMM_SUCCESS:
             raise ConnectionError("Feetech: sync write failed")
 
     def positions(self, attempts: int = 3) -> np.ndarray:
-        """Present positions [n] in raw steps; a read that times out (a late reply) is retried."""
+        """Present positions [n] in raw steps; a read that fails (no, a late, a short or a garbled reply) is
+        retried."""
         for _ in range(attempts):
-            if _transfer(self.reader.txRxPacket) == self.scs.COMM_SUCCESS:
+            if self._transfer(self.reader.txRxPacket) == self.scs.COMM_SUCCESS and all(
+                self.reader.isAvailable(servo, PRESENT_POSITION, 2) for servo in self.ids
+            ):  # a short reply is a "success" whose data getData() would read as position 0
                 break
         else:
             raise ConnectionError(f"Feetech: sync read of the positions failed {attempts} times")
@@ -109,24 +126,28 @@ class FeetechBus:
     def close(self) -> None:
         self.port.closePort()
 
+    def _transfer(self, call: Callable[[], int]) -> int:
+        """A bus transaction's result code. Replies still in the input buffer (late ones) are dropped first.
+        Any exception is a failed transaction: an adapter that vanished raises I/O errors (OSError,
+        termios.error, serial.SerialException), and the SDK raises IndexError on a short or garbled reply
+        instead of returning an error code."""
+        try:
+            self.port.ser.reset_input_buffer()
+            return call()
+        except Exception:
+            self.port.is_using = False  # the SDK marks the port busy for the transaction and never released it
+            return -1
 
-def _transfer(call) -> int:
-    """A bus transfer's result code; an adapter that vanished (I/O errors from the port) is a failed transfer."""
-    import serial
 
-    try:
-        return call()
-    except (OSError, termios.error, serial.SerialException):
-        return -1
-
-
-def record_calibration(bus: FeetechBus, motors: tuple[str, ...], seconds: float, path: Path) -> dict:
+def record_calibration(
+    bus: FeetechBus, motors: tuple[str, ...], seconds: float, path: Path, done: threading.Event | None = None
+) -> dict:
     """Centre = the positions now (the arm in its middle pose); range = the extremes seen while the joints are
-    moved by hand for `seconds`. Saved to `path`."""
+    moved by hand for `seconds`, or until `done` is set (e.g. the operator pressed Enter). Saved to `path`."""
     center = bus.positions()
     low, high = center.copy(), center.copy()
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (done is not None and done.is_set()):
         now = bus.positions()
         low, high = np.minimum(low, now), np.maximum(high, now)
         time.sleep(0.01)
@@ -168,13 +189,33 @@ class FeetechArm(Robot):
         self.stats = {"failed_reads": 0, "failed_writes": 0}
 
     def connect(self, timeout: float = 5.0) -> None:
-        self.bus = FeetechBus(self.config.port, self.config.baudrate, self.ids)
-        absent = [name for name, servo in zip(self.config.motors, self.ids, strict=True) if not self.bus.ping(servo)]
-        if absent:
-            self.bus.close()
-            raise ConnectionError(f"Feetech: no answer from {absent} on {self.config.port} (check power and ids)")
-        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, self.bus.positions(), strict=True)))  # hold
+        """Ping every servo and read the pose, retrying for up to `timeout` s (a servo that misses a reply is
+        asked again); then hold the pose with torque on."""
+        self.bus = FeetechBus(self.config.port, self.config.baudrate, self.ids, self.config.reply_timeout)
+        deadline = time.monotonic() + timeout
+        absent = dict(zip(self.config.motors, self.ids, strict=True))
+        while absent:
+            absent = {name: servo for name, servo in absent.items() if not self.bus.ping(servo, attempts=1)}
+            if absent and time.monotonic() > deadline:
+                self.bus.close()
+                raise ConnectionError(
+                    f"Feetech: no answer from {list(absent)} on {self.config.port} within {timeout} s "
+                    "(check power and ids)"
+                )
+        while (pose := self._read_pose(deadline)) is None:
+            pass
+        self.bus.write_each(GOAL_POSITION, dict(zip(self.ids, pose, strict=True)))  # hold
         self.bus.write_each(TORQUE_ENABLE, dict.fromkeys(self.ids, 1), size=1)
+
+    def _read_pose(self, deadline: float) -> np.ndarray | None:
+        """The present positions (raw), or None to try again; past `deadline` the failure is raised."""
+        try:
+            return self.bus.positions()
+        except ConnectionError:
+            if time.monotonic() > deadline:
+                self.bus.close()
+                raise
+            return None
 
     def observe(self) -> RobotState:
         """The joints now; when the bus does not answer, the last reading (its stamp shows its age)."""

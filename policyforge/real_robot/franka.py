@@ -16,6 +16,7 @@ from typing import Literal
 
 import numpy as np
 
+from policyforge.real_robot import netbind
 from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
 from policyforge.sims.tasks.arm import ARM_JOINTS, VELOCITY_LIMITS
 from policyforge.sims.tasks.arm_tasks import ArmReach
@@ -87,7 +88,10 @@ class Franka(Robot):
         deadline, error = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
             try:
+                before = netbind.socket_fds()
                 self.robot = franky.Robot(self.config.host, realtime_config=realtime)
+                # libfranka's UDP socket (states in, commands out) listens on 0.0.0.0: only the robot's link
+                netbind.bind_wildcard_sockets(netbind.socket_fds() - before, netbind.interface_to(self.config.host))
                 break
             except Exception as err:  # libfranka raises NetworkException until the server answers
                 error = err

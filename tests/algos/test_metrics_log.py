@@ -50,14 +50,14 @@ def test_resuming_drops_later_records_and_repairs_the_file_by_replacing_it(tmp_p
     assert (after.st_ino, after.st_mtime_ns) == (unchanged.st_ino, unchanged.st_mtime_ns)
 
 
-def resume_with_file_size_limit(run_dir, limit: int | None) -> subprocess.CompletedProcess:
-    """`policyforge train --resume run_dir` in a process whose files cannot grow past `limit` bytes."""
+def resume_with_file_size_limit(run_dir, limit: int | None, *overrides: str) -> subprocess.CompletedProcess:
+    """`policyforge train --resume run_dir [overrides]` in a process whose files cannot grow past `limit` bytes."""
 
     def limited():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    command = [sys.executable, "-m", "policyforge.cli", "train", "--resume", str(run_dir)]
+    command = [sys.executable, "-m", "policyforge.cli", "train", "--resume", str(run_dir), *overrides]
     env = {**os.environ, "COLUMNS": "1000"}
     return subprocess.run(command, preexec_fn=limited if limit else None, capture_output=True, text=True, env=env)
 
@@ -91,3 +91,34 @@ def test_writes_that_fail_during_resume_lose_no_metrics(finished_run, run_copy, 
         checkpoint.read(r / "checkpoints" / "latest.pt")["algo"]["policy"] for r in (finished_run, run_copy)
     )
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)
+
+
+def test_a_checkpoint_or_config_write_that_fails_is_a_clear_error_and_loses_nothing(
+    finished_run, run_copy, learning_records
+):
+    """Resumed under a file-size limit above metrics.jsonl but below a checkpoint, the run stops at its first
+    checkpoint with exit 2 naming the failure (torch's own writer would report a bare RuntimeError); a resume whose
+    `runner.*` override cannot rewrite config.yaml stops the same way and leaves config.yaml whole. A normal resume
+    then ends exactly as the uninterrupted run."""
+    checkpoints = run_copy / "checkpoints"
+    (checkpoints / "latest.pt").write_bytes((checkpoints / "step_00000003.pt").read_bytes())
+    for later in ("step_00000006.pt", "step_00000008.pt"):
+        (checkpoints / later).unlink()
+    before = {path.name: path.read_bytes() for path in checkpoints.iterdir()}
+    limit = min(len(data) for data in before.values()) // 2
+    assert (run_copy / METRICS_FILE).stat().st_size < limit
+
+    failed = resume_with_file_size_limit(run_copy, limit)
+    assert failed.returncode == 2 and "File too large" in failed.stdout, failed.stdout + failed.stderr
+    assert "Traceback" not in failed.stdout + failed.stderr
+    assert {path.name: path.read_bytes() for path in checkpoints.iterdir()} == before
+
+    config = (run_copy / "config.yaml").read_text()
+    failed = resume_with_file_size_limit(run_copy, len(config) // 2, "runner.eval_envs=3")
+    assert failed.returncode == 2 and "File too large" in failed.stdout, failed.stdout + failed.stderr
+    assert "Traceback" not in failed.stdout + failed.stderr
+    assert (run_copy / "config.yaml").read_text() == config
+
+    done = resume_with_file_size_limit(run_copy, None)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert learning_records(run_copy) == learning_records(finished_run)

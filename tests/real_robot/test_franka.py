@@ -17,6 +17,9 @@ from policyforge.real_robot.robot import Command
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from tests.real_robot.conftest import ASSETS
 
+PEER_START_S = 90.0
+"""How long franky-sim may take to start and answer, s (generous: the machine may be loaded)."""
+
 ARM_POLICY = ASSETS / "arm-reach-policy.onnx"
 """The `policyforge demo` PPO policy (configs/arm-reach-ppo.yaml, 400k env steps), exported to ONNX."""
 
@@ -25,9 +28,13 @@ ARM_POLICY = ASSETS / "arm-reach-policy.onnx"
 def franka(tmp_path_factory):
     """A fresh franky-sim per test (it binds fixed ports on 127.0.0.1), so one test's arm pose cannot leak
     into the next."""
-    peer = simulated_peer("franka", 0, tmp_path_factory.mktemp("franka") / "unused.json")
-    with peer, Franka(FrankaConfig(mode="joint")) as robot:
-        yield robot
+    with simulated_peer("franka", 0, tmp_path_factory.mktemp("franka") / "unused.json"):
+        robot = Franka(FrankaConfig(mode="joint"))
+        robot.connect(timeout=PEER_START_S)  # franky-sim starts in ~2 s idle, far slower on a loaded machine
+        try:
+            yield robot
+        finally:
+            robot.disconnect()
 
 
 def run_policy(robot, goal, cartesian, seconds=6.0, policy=None):

@@ -48,6 +48,9 @@ class FeetechBusPeer:
         self.bad_packets = 0
         self.silent_until = 0.0
         """Until this time (monotonic s) the servos answer nothing (a loose cable)."""
+        self.bad_replies: list[str] = []
+        """Faults of the next replies, one each: "short" (a well-formed status packet without its data, as a late
+        reply to an earlier instruction looks) or "garbled" (line noise: a header, then bytes that make no packet)."""
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -142,11 +145,23 @@ class FeetechBusPeer:
         """Answer no packet for `seconds` (writes still land): a dropped state stream."""
         self.silent_until = time.monotonic() + seconds
 
+    def corrupt_replies(self, *faults: str) -> None:
+        """Answer the next len(faults) packets with these faults ("short" or "garbled"; see `bad_replies`)."""
+        assert set(faults) <= {"short", "garbled"}, faults
+        with self._lock:
+            self.bad_replies += faults
+
     def _reply(self, servo: int, data: bytes) -> None:
         if time.monotonic() < self.silent_until:
             return
+        fault = self.bad_replies.pop(0) if self.bad_replies else None
+        if fault == "short":
+            data = b""
         body = bytes([servo, len(data) + 2, 0]) + bytes(data)
-        os.write(self.master, b"\xff\xff" + body + bytes([checksum(body)]))
+        packet = b"\xff\xff" + body + bytes([checksum(body)])
+        if fault == "garbled":
+            packet = b"\xff\xff" + bytes([servo, 0x05]) + bytes([0xFF, 0xFF, 0xFE, 0x00])
+        os.write(self.master, packet)
 
     def close(self) -> None:
         """Stop serving and close the pseudo-terminal (an unplugged adapter). Idempotent."""
