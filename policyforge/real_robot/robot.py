@@ -124,13 +124,23 @@ def safe_command(spec: RobotSpec, state: RobotState) -> Command:
     return Command(position=state.joint_pos.copy(), velocity=zeros, torque=zeros.copy())
 
 
+MAX_CLOCK_DRIFT = 1e-4
+"""How fast the robot's clock may fall behind this computer's, s per s: 100 ppm, twice what two ordinary
+quartz clocks drift apart (±50 ppm each)."""
+
+
 class RobotClock:
     """Maps the robot's own time stamps (the LowState tick, ms) onto this computer's monotonic clock, so that a
     state delayed in transit is seen as old, not fresh. The offset between the clocks is the smallest seen
     (the fastest delivery), allowed to creep up by `drift` s per s so that a robot clock running slow does not
-    make every state look older and older."""
+    make every state look older and older.
 
-    def __init__(self, drift: float = 0.02):
+    `drift` bounds what sustained latency can hide: a delay that persists is mistaken for clock drift at that
+    rate. At the former 2 %/s a loaded computer's 20–45 ms of delivery delay was absorbed within 1–2 s; states
+    that old then looked fresh, the PD-torque bound allowed for too little joint motion, and the Go2 peer
+    counted torque_limit commands (tests/real_robot/test_latency.py). At 100 ppm it takes 100 s to hide 10 ms."""
+
+    def __init__(self, drift: float = MAX_CLOCK_DRIFT):
         self.drift = drift
         self.offset: float | None = None
         self.last_now = 0.0
