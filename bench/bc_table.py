@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from policyforge.algos import run_files
 from policyforge.algos.runner import RunConfig, Runner
 from policyforge.config import from_dict
 from policyforge.data.collect import collect
@@ -65,8 +65,8 @@ def train_and_evaluate(task: str, key: str, dataset: Path, args, out: Path, came
     if cameras:
         settings[settings["policy_class"]] = {**settings[settings["policy_class"]], "chunk": IMAGE_CHUNK}
     config = from_dict(RunConfig, settings)
-    shutil.rmtree(config.run_dir, ignore_errors=True)
-    runner = Runner.start(config, Console(quiet=True))
+    lock = run_files.reclaim(config.run_dir, "bench")  # a previous run of this benchmark; refuses anything else
+    runner = Runner.start(config, Console(quiet=True), "bench", lock)
     start = time.perf_counter()
     summary = runner.train()
     runner.close()

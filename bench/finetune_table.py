@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
+from policyforge.algos import run_files
 from policyforge.algos.runner import RunConfig, Runner
 from policyforge.config import load
 
@@ -78,8 +78,8 @@ def run_one(task: str, method: str, seed: int, args) -> dict:
         overrides.append(f"init_policy={BC_RUNS / f'{task}-{bc_key}'}")
     overrides += args.set  # last, so they win
     config = load(RunConfig, f"configs/{task}-{suffix}.yaml", overrides)
-    shutil.rmtree(config.run_dir, ignore_errors=True)
-    runner = Runner.start(config, Console(quiet=True))
+    lock = run_files.reclaim(config.run_dir, "bench")  # a previous run of this benchmark; refuses anything else
+    runner = Runner.start(config, Console(quiet=True), "bench", lock)
     before = runner.evaluate()["eval/success"]
     summary = runner.train()
     runner.close()

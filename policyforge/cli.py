@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import re
 import runpy
-import shutil
 import sys
 from pathlib import Path
 
@@ -62,12 +61,12 @@ def _train(args: argparse.Namespace, console: Console) -> None:
 
 
 def _demo(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.algos import run_files
     from policyforge.algos.runner import RunConfig, Runner
 
     config = load(RunConfig, _find_config(DEMO_RECIPE), ["name=demo", *args.overrides])
-    if config.run_dir.exists():
-        shutil.rmtree(config.run_dir)  # the demo always starts afresh
-    runner = Runner.start(config, console)
+    lock = run_files.reclaim(config.run_dir, "demo")  # starts afresh, deleting only a previous demo run's files
+    runner = Runner.start(config, console, "demo", lock)
     console.print(
         f"[bold]policyforge demo[/bold]: PPO on {config.sim.task}, {config.sim.num_envs} envs, "
         f"{config.runner.total_env_steps:,} steps → {runner.run_dir}"
@@ -156,12 +155,12 @@ def _check_observations(policy, batch: int = 256) -> dict:
 
 
 def _bench(args: argparse.Namespace, console: Console) -> None:
-    script = SOURCE_ROOT / "bench" / f"{args.name.replace('-', '_')}.py"
-    if not script.is_file():
-        available = (
-            sorted(p.stem for p in (SOURCE_ROOT / "bench").glob("*.py")) if (SOURCE_ROOT / "bench").is_dir() else []
+    scripts = {p.stem: p for p in (SOURCE_ROOT / "bench").glob("*.py")}  # a name, never a path: bench/ only
+    script = scripts.get(args.name.replace("-", "_"))
+    if script is None:
+        raise ConfigError(
+            "bench", f"no benchmark {args.name!r} in {SOURCE_ROOT / 'bench'}; available: {sorted(scripts)}"
         )
-        raise ConfigError("bench", f"no benchmark {args.name!r} in {SOURCE_ROOT / 'bench'}; available: {available}")
     sys.argv = [str(script), *args.args]
     runpy.run_path(str(script), run_name="__main__")
 
@@ -192,11 +191,13 @@ COLLECT_FLAGS = {
     "sim.task": "task",
     "episodes": "--episodes",
     "num_envs": "--envs",
+    "seed": "--seed",
     "action_noise": "--noise",
     "hesitation": "--hesitation",
     "cameras": "--cameras",
     "image_size": "--image-size",
     "out": "--out",
+    "overwrite": "--overwrite",
     "only_successful": "--only-successful",
     "policy": "--policy",
 }

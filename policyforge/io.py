@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -53,3 +54,16 @@ def write_video(path: str | Path, frames: Sequence[np.ndarray] | np.ndarray, fps
         finally:
             writer.close()
     return Path(path)
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether `name` can name a file or folder inside a directory policyforge manages: one path component of
+    letters, digits, '.', '_' and '-', not '.' or '..'."""
+    return bool(re.fullmatch(r"[A-Za-z0-9._-]+", name)) and name not in (".", "..")
+
+
+def temp_target(name: str) -> str | None:
+    """The file name that `name`, a temp file `atomic_path` left (a write killed before its rename), stands for:
+    '.<stem>.<mkstemp's 8 random characters><suffix>' → '<stem><suffix>'; None for any other name."""
+    match = re.fullmatch(r"\.(.+)\.[a-z0-9_]{8}(\.[A-Za-z0-9]+)?", name)
+    return f"{match[1]}{match[2] or ''}" if match else None

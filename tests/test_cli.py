@@ -99,7 +99,10 @@ def test_collect_writes_a_dataset_that_reads_back(tmp_path, capsys):
         (["arm-reach", "--hesitation", "1.5"], "--hesitation: is a per-step probability"),
         (["arm-reach", "--cameras", "top"], "--cameras: unknown ['top']"),
         (["arm-reach", "--image-size", "big"], "--image-size: give SIZE or WIDTHxHEIGHT"),
-        (["arm-reach", "--envs", "0"], "--envs: must be ≥ 1"),
+        (["arm-reach", "--envs", "0"], "--envs: must be in [1, 4096]"),
+        (["arm-reach", "--noise", "nan"], "--noise: is a standard deviation, finite and ≥ 0; got nan"),
+        (["arm-reach", "--noise", "inf"], "--noise: is a standard deviation, finite and ≥ 0; got inf"),
+        (["arm-reach", "--seed", "-1"], "--seed: must be ≥ 0"),
         (["pendulum-swingup"], "task: no scripted expert for 'pendulum-swingup'"),
     ],
 )
@@ -134,3 +137,44 @@ def test_the_bc_recipe_trains_evaluates_films_and_exports(tmp_path, capsys):
     assert main(["export", str(run), "--format", "onnx"]) == 0
     spec = json.loads((run / "export" / "policy.json").read_text())
     assert spec["chunk_len"] == 8 and spec["n_obs_steps"] == 2 and spec["inputs"]["obs"] == [2, 32]
+
+
+def test_bc_dataset_problems_are_config_errors_on_bc_dataset(tmp_path, capsys):
+    """No episodes, a file, a directory that is not a dataset, a damaged data file: each names bc.dataset."""
+    from policyforge.data.dataset import DemoWriter
+
+    DemoWriter(tmp_path / "empty", fps=25, state_dim=32, action_dim=5, task_name="arm-lift-cube")  # nothing committed
+    (tmp_path / "a-file").write_text("not a dataset")
+    (tmp_path / "not-a-dataset").mkdir()
+    damaged = tmp_path / "damaged"
+    assert main(["collect", "arm-lift-cube", "episode_seconds=0.4", "--episodes", "2", "--out", str(damaged)]) == 0
+    train = ["train", "configs/arm-lift-cube-flow-bc.yaml", f"out_dir={tmp_path / 'runs'}", "runner.eval_envs=1"]
+    assert main([*train, f"bc.dataset={damaged}", "bc.max_episodes=5"]) == 2
+    assert "set bc.max_episodes to at most 2 (0: all)" in " ".join(capsys.readouterr().out.split())
+    data_file = damaged / "data/chunk-000/file-001.parquet"
+    data_file.write_bytes(data_file.read_bytes()[:300])
+    for dataset, message in [
+        ("empty", "holds no episodes: record some with `policyforge collect arm-lift-cube --episodes 100"),
+        ("a-file", "a-file is a file; a dataset is a directory"),
+        ("not-a-dataset", "is not a LeRobotDataset"),
+        ("damaged", "file-001.parquet, a file of episode 1, is damaged: it cannot be read"),
+    ]:
+        assert main([*train, f"bc.dataset={tmp_path / dataset}"]) == 2
+        printed = " ".join(capsys.readouterr().out.split())
+        assert f"bc.dataset: {tmp_path / dataset}" in printed and message in printed, printed
+
+
+def test_bench_runs_scripts_of_bench_only(capsys):
+    """`policyforge bench NAME` takes a benchmark's name, never a path: ../ cannot reach a script elsewhere."""
+    import tempfile
+    from pathlib import Path
+
+    from policyforge.cli import SOURCE_ROOT
+
+    with tempfile.TemporaryDirectory(prefix="pfbench") as directory:  # no '-' in the path: NAME maps - to _
+        marker, outside = Path(directory) / "ran", Path(directory) / "outside.py"
+        outside.write_text(f"open({str(marker)!r}, 'w').close()\n")
+        relative = "../" * (len(SOURCE_ROOT.joinpath("bench").parts) - 1) + str(outside.with_suffix(""))[1:]
+        assert main(["bench", relative]) == 2
+        assert not marker.exists()
+    assert "no benchmark" in capsys.readouterr().out

@@ -20,7 +20,7 @@ from diffusers.optimization import get_cosine_schedule_with_warmup
 
 from policyforge.algos.base import Algorithm, StepCallback
 from policyforge.config import ConfigError, check
-from policyforge.data.dataset import Demonstrations
+from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.data.layout import ACTION, STATE
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
@@ -173,7 +173,8 @@ class BC(Algorithm):
 
 
 def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[str]) -> Demonstrations:
-    """The dataset `config` names, checked against the task and env it will be evaluated in."""
+    """The dataset `config` names, checked against the task and env it will be evaluated in; ConfigError on
+    `bc.dataset` naming what is wrong with it (missing, empty, damaged, of another task or size)."""
     check(
         bool(config.dataset),
         "bc.dataset",
@@ -181,16 +182,20 @@ def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[
         "(write one with `policyforge collect <task> --episodes N`)",
     )
     path = Path(config.dataset)
-    if not path.exists():
-        raise ConfigError(
+    record = f"`policyforge collect {task} --episodes 100 --out {path}`"
+    check(path.exists(), "bc.dataset", f"{path} does not exist; write it with {record}")
+    try:
+        demos = Demonstrations(path)
+        recorded = demos.info.get("policyforge", {}).get("task")
+        check(
+            recorded in (None, task),
             "bc.dataset",
-            f"{path} does not exist; write it with `policyforge collect {task} --episodes 100 --out {path}`",
+            f"{path} holds demonstrations of {recorded!r}, not sim.task={task!r}",
         )
-    demos = Demonstrations(path)
-    recorded = demos.info.get("policyforge", {}).get("task")
-    if recorded is not None and recorded != task:
-        raise ConfigError("bc.dataset", f"{path} holds demonstrations of {recorded!r}, not sim.task={task!r}")
-    state_dim, action_dim = demos.column(STATE).shape[1], demos.column(ACTION).shape[1]
+        check(demos.num_episodes > 0, "bc.dataset", f"{path} holds no episodes: record some with {record}")
+        state_dim, action_dim = demos.column(STATE).shape[1], demos.column(ACTION).shape[1]
+    except DatasetError as err:
+        raise ConfigError("bc.dataset", str(err)) from None
     check(
         (state_dim, action_dim) == (env.obs_shapes["policy"][0], env.action_dim),
         "bc.dataset",
@@ -199,19 +204,22 @@ def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[
     )
     missing = sorted(set(cameras) - set(demos.cameras))
     check(not missing, "sim.image.cameras", f"{path} has no video of {missing}; it has {demos.cameras}")
-    if config.max_episodes:
-        check(
-            config.max_episodes <= demos.num_episodes,
-            "bc.max_episodes",
-            f"{path} holds {demos.num_episodes} episodes, fewer than {config.max_episodes}",
-        )
+    check(
+        config.max_episodes <= demos.num_episodes,
+        "bc.max_episodes",
+        f"{path} holds {demos.num_episodes} episodes, fewer than {config.max_episodes}: set bc.max_episodes to at "
+        f"most {demos.num_episodes} (0: all), or record more with {record}",
+    )
     return demos
 
 
 def demo_windows(policy: Policy, demos: Demonstrations, config: BCConfig, cameras: list[str]) -> DemoWindows:
     """Training windows shaped for `policy` (its history length and chunk)."""
     history = getattr(policy, "n_obs_steps", 0)
-    windows = DemoWindows(demos, policy.obs_key, history, policy.chunk_len, cameras, config.max_episodes)
+    try:
+        windows = DemoWindows(demos, policy.obs_key, history, policy.chunk_len, cameras, config.max_episodes)
+    except DatasetError as err:  # e.g. a video that does not decode
+        raise ConfigError("bc.dataset", str(err)) from None
     if len(windows) == 0:
         raise ConfigError("bc.dataset", f"{config.dataset} has no frames")
     return windows

@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from policyforge import config as config_io
-from policyforge.algos import checkpoint
+from policyforge.algos import checkpoint, run_files
 from policyforge.algos.base import StepCallback
 from policyforge.algos.bc import BCConfig
 from policyforge.algos.build import build, build_policy
@@ -24,11 +24,12 @@ from policyforge.algos.init_policy import load_initial_policy
 from policyforge.algos.logger import MetricsLogger, ProgressDisplay
 from policyforge.algos.plots import plot_learning_curves
 from policyforge.algos.ppo import PPOConfig
+from policyforge.algos.run_files import RunKind
 from policyforge.algos.run_lock import RunLock
 from policyforge.algos.sac import SACConfig
 from policyforge.config import check
 from policyforge.errors import DISK_FULL, UserError
-from policyforge.io import atomic_path, write_json
+from policyforge.io import atomic_path, is_plain_name, write_json
 from policyforge.policies.base import Policy
 from policyforge.policies.diffusion import DiffusionConfig
 from policyforge.policies.flow import FlowConfig
@@ -76,9 +77,10 @@ class RunConfig:
     """A training run: simulation, policy, algorithm and runner settings."""
 
     name: str = ""
-    """Run name; the run directory is out_dir/name (default: <task>-<algo>)."""
+    """Run name, one plain path component (letters, digits, '.', '_', '-'); the run directory is out_dir/name
+    (default: <task>-<algo>)."""
     out_dir: str = "runs"
-    """Parent directory of run directories."""
+    """Parent directory of run directories (any path)."""
     seed: int = 0
     """Seed of networks, sampling and environments."""
     algo: Literal["ppo", "sac", "bc"] = "ppo"
@@ -110,6 +112,7 @@ class RunConfig:
     """Run length, evaluation, checkpoints."""
 
     def __post_init__(self) -> None:
+        check(not self.name or is_plain_name(self.name), "name", run_files.plain_name_message(self.name))
         if self.algo == "sac":
             check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
         if self.ppo.update_policy_normalizer is None:  # a residual's own statistics start empty; its base's stay
@@ -129,8 +132,8 @@ class RunConfig:
 
     @property
     def run_dir(self) -> Path:
-        task = self.sim.task.replace(":", "-").replace("/", "-")
-        return Path(self.out_dir) / (self.name or f"{task}-{self.algo}")
+        """out_dir/name; the default name is the task's (any character a name may not hold becomes '-')."""
+        return Path(self.out_dir) / (self.name or run_files.plain_name(f"{self.sim.task}-{self.algo}"))
 
 
 class RunFinishedError(UserError):
@@ -178,17 +181,26 @@ class Runner:
         self._resumed_from: int | None = None
 
     @classmethod
-    def start(cls, config: RunConfig, console: Console | None = None) -> Runner:
-        """A new run in `config.run_dir` (which must not hold a run yet); saves the resolved config."""
+    def start(
+        cls, config: RunConfig, console: Console | None = None, kind: RunKind = "train", lock: RunLock | None = None
+    ) -> Runner:
+        """A new run in `config.run_dir`, which must be new, empty, or a run policyforge started that has no
+        checkpoint yet (`run_files.check_startable`); marks the directory as a run of `kind` and saves the resolved
+        config. `lock`: the run's lock, if the caller holds it already."""
         run_dir = config.run_dir
-        if (run_dir / "checkpoints").exists():
-            raise FileExistsError(
-                f"{run_dir} already holds a run: resume it with `policyforge train --resume {run_dir}` "
-                "or pick another name=..."
-            )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_io.save(config, run_dir / CONFIG_FILE)
-        return cls(config, run_dir, console)
+        try:
+            run_files.check_no_run(run_dir)
+            run_files.check_startable(run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            lock = lock or RunLock(run_dir)
+            run_files.check_no_run(run_dir)  # again, holding the lock: another start may have won the race
+            run_files.write_marker(run_dir, kind)
+            config_io.save(config, run_dir / CONFIG_FILE)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        return cls(config, run_dir, console, lock)
 
     @classmethod
     def resume(cls, run_dir: Path, console: Console | None = None, overrides: list[str] | None = None) -> Runner:

@@ -2,7 +2,9 @@
 
 `experts.py` state machines that solve the arm tasks (with `action_noise` / `hesitation` to degrade them),
 `dataset.py` the crash-safe `DemoWriter` and the `Demonstrations` reader, `layout.py` the on-disk format,
-`collect.py` recording expert episodes into a dataset (`policyforge collect`).
+`integrity.py` a dataset's files checked against its metadata (what may be deleted, what is damaged),
+`recovery.py` episodes metadata rebuilt from the data files, `collect.py` recording expert episodes into a dataset
+(`policyforge collect`).
 """
 
 from policyforge.data.dataset import Demonstrations, DemoWriter

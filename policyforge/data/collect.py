@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from policyforge.config import ConfigError
-from policyforge.data import layout
-from policyforge.data.dataset import Demonstrations, DemoWriter
+from policyforge.data import integrity, layout
+from policyforge.data.dataset import DatasetError, Demonstrations, DemoWriter
 from policyforge.data.experts import EXPERTS, ArmExpert, PolicyExpert
 from policyforge.sims import ImageConfig, SimConfig, make_env
 from policyforge.sims.make import make_task
@@ -35,6 +35,13 @@ INSTRUCTIONS = {
 """The language instruction stored with each task's episodes (LeRobot's `task`)."""
 MAX_ATTEMPTS_PER_EPISODE = 20
 """With `only_successful`, give up after this many finished episodes per requested one."""
+MAX_EPISODES = 1_000_000
+"""Episodes one collect may write: each is a file (and one per camera), and a million files is the layout's
+1000 chunks of 1000."""
+MAX_ENVS = 4096
+"""Parallel environments: more than any machine steps usefully (native MuJoCo keeps one MjData per env)."""
+MAX_IMAGE_SIZE = 2048
+"""Pixels per side of recorded images (LeRobot datasets are typically 640x480)."""
 
 
 def collect(
@@ -67,7 +74,7 @@ def collect(
     included, updated by `task_options`).
     """
     image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    _check_arguments(episodes, num_envs, action_noise, hesitation, image_hw)
+    _check_arguments(episodes, num_envs, seed, action_noise, hesitation, image_hw)
     task_options = dict(task_options or {})
     num_envs = num_envs if only_successful else min(num_envs, episodes)
     image = ImageConfig(cameras=list(cameras), width=image_hw[1], height=image_hw[0])
@@ -75,14 +82,19 @@ def collect(
     demonstrator = None
     if policy is not None:
         sim, demonstrator = _policy_demonstrator(Path(policy), sim, hesitation)
-        expert_name, fps = "PolicyExpert", _check_fps(make_task(task, sim.task_options))
+        probe = make_task(task, sim.task_options)
+        expert_name, fps = "PolicyExpert", _check_fps(probe)
+        _check_cameras(probe, task, cameras)
     else:
         expert_class, fps = _check_task(task, task_options, cameras)
         expert_name = expert_class.__name__
     out = Path(out)
     if overwrite:
         _delete_dataset(out)
-    env_seed = seed + (Demonstrations(out).num_episodes if (out / layout.INFO_PATH).is_file() else 0)
+    try:
+        env_seed = seed + (Demonstrations(out).num_episodes if (out / layout.INFO_PATH).is_file() else 0)
+    except DatasetError as err:
+        raise ConfigError("out", str(err)) from None
     env = make_env(sim, seed=env_seed)
     try:
         expert_info = {"name": expert_name, "action_noise": action_noise, "hesitation": hesitation}
@@ -192,17 +204,20 @@ def _empty_buffer(cameras: Sequence[str]) -> dict[str, Any]:
     return {**{key: [] for key in keys}, "images": {camera: [] for camera in cameras}}
 
 
-def _check_arguments(episodes, num_envs, action_noise, hesitation, image_hw) -> None:
-    if episodes < 1:
-        raise ConfigError("episodes", f"must be ≥ 1, got {episodes}")
-    if num_envs < 1:
-        raise ConfigError("num_envs", f"must be ≥ 1, got {num_envs}")
-    if action_noise < 0:
-        raise ConfigError("action_noise", f"is a standard deviation, ≥ 0; got {action_noise}")
-    if not 0 <= hesitation < 1:
+def _check_arguments(episodes, num_envs, seed, action_noise, hesitation, image_hw) -> None:
+    """ConfigError naming the first argument out of range (NaN and inf included)."""
+    if not 1 <= episodes <= MAX_EPISODES:
+        raise ConfigError("episodes", f"must be in [1, {MAX_EPISODES:,}], got {episodes}")
+    if not 1 <= num_envs <= MAX_ENVS:
+        raise ConfigError("num_envs", f"must be in [1, {MAX_ENVS}] (parallel environments), got {num_envs}")
+    if seed < 0:
+        raise ConfigError("seed", f"must be ≥ 0, got {seed}")
+    if not (math.isfinite(action_noise) and action_noise >= 0):
+        raise ConfigError("action_noise", f"is a standard deviation, finite and ≥ 0; got {action_noise}")
+    if not 0 <= hesitation < 1:  # false for NaN
         raise ConfigError("hesitation", f"is a per-step probability in [0, 1); got {hesitation}")
-    if min(image_hw) < 1:
-        raise ConfigError("image_size", f"must be positive, got {image_hw}")
+    if not 1 <= min(image_hw) <= max(image_hw) <= MAX_IMAGE_SIZE:
+        raise ConfigError("image_size", f"must be 1 to {MAX_IMAGE_SIZE} pixels a side, got {image_hw}")
 
 
 def _check_task(task: str, task_options: dict[str, Any], cameras: Sequence[str]) -> tuple[type[ArmExpert], int]:
@@ -213,10 +228,14 @@ def _check_task(task: str, task_options: dict[str, Any], cameras: Sequence[str])
         raise ConfigError("task", f"no scripted expert for {task!r}; experts exist for {', '.join(INSTRUCTIONS)}")
     if probe.config.control_mode != "ee_delta_topdown":
         raise ConfigError("task_options.control_mode", "scripted experts act in 'ee_delta_topdown' only")
+    _check_cameras(probe, task, cameras)
+    return expert_class, _check_fps(probe)
+
+
+def _check_cameras(probe: Any, task: str, cameras: Sequence[str]) -> None:
     unknown = [camera for camera in cameras if camera not in camera_names(probe.model)]
     if unknown:
         raise ConfigError("cameras", f"unknown {unknown}; {task} has cameras {camera_names(probe.model)}")
-    return expert_class, _check_fps(probe)
 
 
 def _check_fps(task: Any) -> int:
@@ -243,13 +262,37 @@ def _policy_demonstrator(run_dir: Path, sim: SimConfig, hesitation: float) -> tu
 
 
 def _delete_dataset(out: Path) -> None:
-    """Remove a dataset directory, refusing anything that does not look like one."""
+    """Delete the dataset policyforge wrote in `out`: the files its layout explains, its info.json last (so an
+    interrupted deletion can be run again). ConfigError, deleting nothing, for a directory that holds anything
+    else or a dataset policyforge did not write."""
     if not out.exists():
         return
-    if (out / layout.INFO_PATH).is_file():
-        shutil.rmtree(out)
-    elif any(out.iterdir()):
-        raise ConfigError("out", f"{out} holds files but is not a dataset (no {layout.INFO_PATH}); not deleting it")
+    if not (out / layout.INFO_PATH).is_file():
+        if any(out.iterdir()):
+            raise ConfigError("out", f"{out} holds files but is not a dataset (no {layout.INFO_PATH}); not deleting it")
+        return
+    try:
+        info = layout.read_json(out / layout.INFO_PATH)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict) or "policyforge" not in info or not isinstance(info.get("features"), dict):
+        raise ConfigError(
+            "overwrite",
+            f'{out} holds a dataset policyforge did not write (its {layout.INFO_PATH} has no "policyforge" entry); '
+            "--overwrite deletes only datasets policyforge wrote: delete it yourself, or choose another --out",
+        )
+    files, folders, foreign = integrity.layout_entries(out, info)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ConfigError(
+            "overwrite",
+            f"{out} holds files that are not part of its dataset ({shown}); nothing was deleted: move them out, or "
+            "choose another --out",
+        )
+    for path in sorted(files, key=lambda path: path == out / layout.INFO_PATH):
+        path.unlink()
+    for folder in folders:  # deepest first; all empty now
+        folder.rmdir()
 
 
 @contextlib.contextmanager

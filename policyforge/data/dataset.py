@@ -3,14 +3,17 @@
 `DemoWriter` writes one episode per data file and per video file. Every file goes through a temp file +
 rename, and an episode exists only once the episodes-metadata parquet lists it: that rewrite is the commit
 point, so a crash mid-episode leaves a dataset that reads as the episodes committed before it. Reopening a
-dataset appends to it (after checking fps, shapes, cameras and the "policyforge" facts match) and removes the
-debris of an interrupted episode. `Demonstrations` reads committed episodes only, ours or LeRobot's (several
-episodes per file included), into numpy arrays.
+dataset appends to it (after checking fps, shapes, cameras and the "policyforge" facts match, and that every
+committed episode's files are whole) and removes the debris of an interrupted episode, and nothing else
+(`integrity.py`): episodes metadata that does not explain the data files is rebuilt from them (`recovery.py`),
+or the dataset is refused with a DatasetError. `Demonstrations` reads committed episodes only, ours or LeRobot's
+(several episodes per file included), into numpy arrays.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,12 +22,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from policyforge.data import layout
+from policyforge.data import integrity, layout, recovery
+from policyforge.data.integrity import DatasetError
 from policyforge.data.layout import ACTION, STATE
-from policyforge.io import write_json
+from policyforge.io import is_plain_name, write_json
 
 EPISODES_PER_META_FILE = 500
 """Rows per episodes-metadata file: each commit rewrites only the last one."""
+
+log = logging.getLogger(__name__)
 
 
 class Demonstrations:
@@ -36,26 +42,33 @@ class Demonstrations:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         info_path = self.root / layout.INFO_PATH
+        if self.root.exists() and not self.root.is_dir():
+            raise DatasetError(f"{self.root} is a file; a dataset is a directory (the one that holds meta/info.json)")
         if not self.root.is_dir():
             raise FileNotFoundError(
                 f"no demonstration dataset at {self.root}: record one with `policyforge collect <task> --out {root}`"
             )
         if not info_path.is_file():
-            raise ValueError(
+            raise DatasetError(
                 f"{self.root} is not a LeRobotDataset: {info_path} is missing; give the directory that holds "
                 "meta/info.json, meta/episodes/ and data/ (e.g. one written by `policyforge collect`)"
             )
-        self.info: dict[str, Any] = layout.read_json(info_path)
+        try:
+            self.info: dict[str, Any] = layout.read_json(info_path)
+        except ValueError as err:
+            raise DatasetError(f"{info_path} is not valid JSON ({err}): restore it from a copy") from None
         version = str(self.info.get("codebase_version"))
         if not version.startswith("v3."):
-            raise ValueError(
+            raise DatasetError(
                 f"{self.root} is a LeRobotDataset {version}; this reader needs v3.0: convert it with LeRobot's "
                 "convert_dataset_v21_to_v30 script (--repo-id=<id> --root=<dir>)"
             )
-        self.rows = layout.read_episode_rows(self.root)
         tasks_path = self.root / layout.TASKS_PATH
         self.tasks: list[str] = layout.read_tasks(tasks_path) if tasks_path.is_file() else []
         """Instructions by task_index."""
+        self.rows, self.recovered = recovery.committed_rows(self.root, self.info, self.tasks)
+        """Committed episodes (rows of meta/episodes), by episode_index; `recovered`: rebuilt from the data files
+        (without statistics) because meta/episodes did not explain them (a `DemoWriter` writes them back)."""
 
     @property
     def fps(self) -> int:
@@ -118,14 +131,14 @@ class Demonstrations:
                 video_key=key, chunk_index=row[f"videos/{key}/chunk_index"], file_index=row[f"videos/{key}/file_index"]
             )
             if path != decoded_path:  # episodes sharing a file are consecutive: decode each file once
-                frames, decoded_path = layout.read_video(path), path
+                frames, decoded_path = integrity.decode_video(path, row["episode_index"]), path
             start = round(row[f"videos/{key}/from_timestamp"] * self.fps)
             clip = frames[start : start + row["length"]]
             if len(clip) != row["length"]:
-                raise ValueError(
-                    f"{path} decodes to {len(frames)} frames, but episode {row['episode_index']} needs frames "
-                    f"{start}..{start + row['length'] - 1} of it: the video is truncated or corrupt"
-                )
+                raise integrity.damaged(
+                    path, row["episode_index"], f"it decodes to {len(frames)} frames, the episode needs frames "
+                    f"{start}..{start + row['length'] - 1}"
+                )  # fmt: skip
             clips.append(clip)
         height, width = spec["shape"][:2]
         return np.concatenate(clips) if clips else np.zeros((0, height, width, 3), np.uint8)
@@ -144,15 +157,18 @@ class Demonstrations:
         path = self.root / self.info["data_path"].format(
             chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]
         )
-        table = pq.read_table(path, columns=list(dict.fromkeys(["index", name])))
+        try:
+            table = pq.read_table(path, columns=list(dict.fromkeys(["index", name])))
+        except (OSError, pa.ArrowException) as err:
+            raise integrity.damaged(path, row["episode_index"], f"it cannot be read ({err})") from None
         index = table.column("index").to_numpy()
         order = np.argsort(index, kind="stable")
         start, stop = np.searchsorted(index[order], [row["dataset_from_index"], row["dataset_to_index"]])
         if stop - start != row["length"]:
-            raise ValueError(
-                f"{path} holds {stop - start} frames of episode {row['episode_index']}, its metadata says "
-                f"{row['length']}: the data file was changed or truncated"
-            )
+            raise integrity.damaged(
+                path, row["episode_index"], f"it holds {stop - start} of the episode's frames, its metadata says "
+                f"{row['length']}"
+            )  # fmt: skip
         return layout.column_to_numpy(table.column(name))[order[start:stop]]
 
 
@@ -185,6 +201,9 @@ class DemoWriter:
             raise ValueError(f"fps must be a positive integer (LeRobot's timestamps are frame_index / fps), got {fps}")
         self.root = Path(root)
         self.cameras = list(cameras)
+        for camera in self.cameras:  # each names a folder, videos/observation.images.<camera>
+            if not is_plain_name(layout.camera_key(camera)):
+                raise ValueError(f"camera names are plain names (letters, digits, '.', '_', '-'), got {camera!r}")
         self.fps, self.state_dim, self.action_dim = int(fps), state_dim, action_dim
         self.image_hw = tuple(image_hw)
         spec = layout.features(state_dim, action_dim, self.cameras, self.image_hw, self.fps)
@@ -193,9 +212,19 @@ class DemoWriter:
             existing = Demonstrations(self.root)
             _check_compatible(existing.info, self.fps, spec, extra, self.root)
             self.info, self.rows, self.tasks = existing.info, existing.rows, existing.tasks
+            integrity.check_committed(self.root, self.info, self.rows)
+            if existing.recovered:
+                self._write_recovered_metadata()
             stored = self.info.setdefault("policyforge", {})
             stored.update({key: value for key, value in extra.items() if key not in stored})
-            self._remove_debris()
+            found = integrity.survey(self.root, self.info, self.rows)
+            if not found.explained:  # `committed_rows` explained every file or refused: one appeared since
+                changed = found.unexplained[0] if found.unexplained else self.root / layout.INFO_PATH
+                raise DatasetError(
+                    f"{changed} changed while {self.root} was opened; nothing was deleted: open it again"
+                )
+            for path in found.debris:
+                path.unlink(missing_ok=True)
         else:
             if self.root.exists() and any(self.root.iterdir()):
                 raise FileExistsError(
@@ -245,20 +274,17 @@ class DemoWriter:
             "index": start + np.arange(length),
             "task_index": np.full(length, tasks.index(instruction)),
         }
-        chunk, file = self._next_file("data")
+        files = {"data": self._next_file("data")}
+        chunk, file = files["data"]
         layout.write_parquet(
             layout.frame_table(columns), self.root / layout.DATA_PATH.format(chunk_index=chunk, file_index=file)
         )
-        row: dict[str, Any] = {"episode_index": episode, "tasks": [instruction], "length": length}
-        row |= {"data/chunk_index": chunk, "data/file_index": file}
-        row |= {"dataset_from_index": start, "dataset_to_index": start + length}
         for camera in self.cameras:
             key = layout.camera_key(camera)
-            chunk, file = self._next_file(f"videos/{key}")
+            chunk, file = files[f"videos/{key}"] = self._next_file(f"videos/{key}")
             path = self.root / layout.VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
             layout.write_video(path, frames[camera], self.fps)
-            row |= {f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": file}
-            row |= {f"videos/{key}/from_timestamp": 0.0, f"videos/{key}/to_timestamp": length / self.fps}
+        row = layout.episode_row(episode, instruction, start, length, self.fps, files)
         stats = {key: layout.feature_stats(value) for key, value in columns.items()}
         stats |= {layout.camera_key(c): layout.feature_stats(frames[c], image=True) for c in self.cameras}
         if new_task:
@@ -334,30 +360,19 @@ class DemoWriter:
         write_json(self.root / layout.INFO_PATH, self.info)
         write_json(self.root / layout.STATS_PATH, self.stats)
 
-    def _remove_debris(self) -> None:
-        """Delete files of an interrupted episode: data/video files no committed episode names, and temp files."""
-        keep = {
-            self.root
-            / self.info["data_path"].format(chunk_index=r["data/chunk_index"], file_index=r["data/file_index"])
-            for r in self.rows
-        }
-        for key in (layout.camera_key(c) for c in self.cameras):
-            keep |= {
-                self.root
-                / self.info["video_path"].format(
-                    video_key=key, chunk_index=r[f"videos/{key}/chunk_index"], file_index=r[f"videos/{key}/file_index"]
-                )
-                for r in self.rows
-            }
-        candidates = [*self.root.glob("data/chunk-*/file-*.parquet"), *self.root.glob("videos/*/chunk-*/file-*.mp4")]
-        temps = [  # left by atomic_path when the process was killed mid-write
-            path
-            for folder in ("data", "videos", "meta")
-            for prefix in (".file-", ".info.", ".stats.", ".tasks.")
-            for path in (self.root / folder).rglob(prefix + "*")
-        ]
-        for path in [p for p in candidates if p not in keep] + temps:
-            path.unlink(missing_ok=True)
+    def _write_recovered_metadata(self) -> None:
+        """Write episodes metadata rebuilt from the data files (`Demonstrations.recovered`), statistics
+        recomputed, in files of EPISODES_PER_META_FILE rows as `_commit` lays them out."""
+        position = (0, 0)
+        for first in range(0, len(self.rows), EPISODES_PER_META_FILE):
+            group = self.rows[first : first + EPISODES_PER_META_FILE]
+            for row in group:
+                row |= layout.stats_to_columns(recovery.episode_stats(self.root, self.info, row))
+                row |= {"meta/episodes/chunk_index": position[0], "meta/episodes/file_index": position[1]}
+            path = self.root / layout.EPISODES_PATH.format(chunk_index=position[0], file_index=position[1])
+            layout.write_parquet(pa.Table.from_pylist(group), path)
+            position = layout.next_file(*position)
+        log.warning("%s: rebuilt the episodes metadata of %d episodes from the data files", self.root, len(self.rows))
 
 
 def _check_compatible(info: dict, fps: int, spec: dict, extra: dict, root: Path) -> None:

@@ -194,11 +194,32 @@ def dataset_stats(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, list]]:
 # ---- tables ------------------------------------------------------------------------------------------------------
 
 
-def read_episode_rows(root: Path) -> list[dict[str, Any]]:
-    """Committed episodes: the rows of every episodes-metadata file, by episode_index."""
+def read_episode_rows(root: Path) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Committed episodes: the rows of every readable episodes-metadata file, by episode_index; and the
+    episodes-metadata files that cannot be read."""
     paths = sorted(p for p in (root / EPISODES_DIR).glob("chunk-*/file-*.parquet") if not p.name.startswith("."))
-    rows = [row for path in paths for row in pq.read_table(path).to_pylist()]
-    return sorted(rows, key=lambda row: row["episode_index"])
+    rows, unreadable = [], []
+    for path in paths:
+        try:
+            rows += pq.read_table(path).to_pylist()
+        except (OSError, pa.ArrowException):
+            unreadable.append(path)
+    return sorted(rows, key=lambda row: row["episode_index"]), unreadable
+
+
+def episode_row(
+    episode: int, instruction: str, start: int, length: int, fps: int, files: dict[str, tuple[int, int]]
+) -> dict[str, Any]:
+    """An episodes-metadata row without statistics, for an episode alone in its files: `start` is its first
+    global frame index; `files` the (chunk, file) of its data ("data") and of each video ("videos/<key>")."""
+    row: dict[str, Any] = {"episode_index": episode, "tasks": [instruction], "length": length}
+    row |= {"data/chunk_index": files["data"][0], "data/file_index": files["data"][1]}
+    row |= {"dataset_from_index": start, "dataset_to_index": start + length}
+    for prefix, (chunk, file) in files.items():
+        if prefix != "data":
+            row |= {f"{prefix}/chunk_index": chunk, f"{prefix}/file_index": file}
+            row |= {f"{prefix}/from_timestamp": 0.0, f"{prefix}/to_timestamp": length / fps}
+    return row
 
 
 def frame_table(columns: dict[str, np.ndarray]) -> pa.Table:

@@ -1,5 +1,7 @@
 """Recording expert demonstrations: what each frame holds, exact episode counts, only-successful, appending."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -61,7 +63,15 @@ def test_only_successful_episodes_and_appending_with_fresh_seeds(tmp_path):
         ({"task": "pendulum-swingup"}, "task"),
         ({"cameras": ["top"]}, "cameras"),
         ({"hesitation": 1.0}, "hesitation"),
+        ({"hesitation": float("nan")}, "hesitation"),
+        ({"action_noise": float("nan")}, "action_noise"),
+        ({"action_noise": float("inf")}, "action_noise"),
+        ({"action_noise": -0.1}, "action_noise"),
         ({"episodes": 0}, "episodes"),
+        ({"episodes": 10**12}, "episodes"),
+        ({"num_envs": 10**7, "only_successful": True}, "num_envs"),
+        ({"seed": -1}, "seed"),
+        ({"image_size": 100_000, "cameras": ["front"]}, "image_size"),
         ({"task_options": {"control_mode": "joint_delta"}}, "task_options.control_mode"),
     ],
 )
@@ -98,3 +108,32 @@ def test_a_trained_policy_demonstrates_any_task(tmp_path):
         collect("arm-reach", 1, tmp_path / "other", policy=tmp_path / "expert", progress=False)
     with pytest.raises(ConfigError, match="hesitation"):
         collect("pendulum-swingup", 1, tmp_path / "other", hesitation=0.1, policy=tmp_path / "expert")
+
+
+def test_overwrite_deletes_only_the_files_of_a_dataset_policyforge_wrote(tmp_path):
+    out = tmp_path / "ds"
+    options = {"num_envs": 2, "task_options": SHORT, "progress": False, "cameras": ["front"], "image_size": 16}
+    collect("arm-reach", 2, out, **options)
+    for precious in (out / "notes.txt", out / "data" / "chunk-000" / "labels.csv", out / "mine" / "a.txt"):
+        precious.parent.mkdir(exist_ok=True)
+        precious.write_text("not policyforge's")
+        before = sorted(p for p in out.rglob("*"))
+        with pytest.raises(ConfigError, match=r"holds files that are not part of its dataset \(.*nothing was deleted"):
+            collect("arm-reach", 1, out, overwrite=True, **options)
+        assert sorted(p for p in out.rglob("*")) == before and Demonstrations(out).num_episodes == 2
+        precious.unlink()
+    (out / "mine").rmdir()
+    collect("arm-reach", 1, out, overwrite=True, **options)
+    assert Demonstrations(out).num_episodes == 1
+
+
+def test_overwrite_refuses_a_dataset_policyforge_did_not_write(tmp_path):
+    out = tmp_path / "lerobot"
+    collect("arm-reach", 1, out, num_envs=1, task_options=SHORT, progress=False)
+    info = json.loads((out / "meta/info.json").read_text())
+    del info["policyforge"]  # as LeRobot writes it
+    (out / "meta/info.json").write_text(json.dumps(info))
+    before = sorted(p for p in out.rglob("*"))
+    with pytest.raises(ConfigError, match="policyforge did not write") as error:
+        collect("arm-reach", 1, out, overwrite=True, num_envs=1, task_options=SHORT, progress=False)
+    assert error.value.path == "overwrite" and sorted(p for p in out.rglob("*")) == before

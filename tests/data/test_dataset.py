@@ -168,7 +168,7 @@ def test_an_interrupted_episode_is_invisible_and_writing_continues(tmp_path, mon
         with pytest.raises(OSError, match="disk full"):
             writer.add_episode(**episodes[2], instruction="a new instruction")
     assert (root / "data/chunk-000/file-002.parquet").is_file()  # the orphan
-    (root / "data/chunk-000/.file-003.k2j4.parquet").write_bytes(b"half a file")  # as left by SIGKILL
+    (root / "data/chunk-000/.file-003.k2j4_x9q.parquet").write_bytes(b"half a file")  # as left by SIGKILL
     data = Demonstrations(root)
     assert data.num_episodes == 2 and data.num_frames == 12 and data.tasks[:1] == ["arm-reach"]
     assert np.array_equal(data.column("action"), concat(episodes[:2], "actions").astype(np.float32))
@@ -176,7 +176,7 @@ def test_an_interrupted_episode_is_invisible_and_writing_continues(tmp_path, mon
 
     resumed = make_writer(root)  # reopening removes the debris, then appends
     assert not (root / "data/chunk-000/file-002.parquet").exists()
-    assert not (root / "data/chunk-000/.file-003.k2j4.parquet").exists()
+    assert not (root / "data/chunk-000/.file-003.k2j4_x9q.parquet").exists()
     assert resumed.add_episode(**episodes[3]) == 2
     data = Demonstrations(root)
     assert data.num_episodes == 3 and np.array_equal(data.column("index"), np.arange(18))
