@@ -40,6 +40,8 @@ from policyforge.sims.tasks.quadruped import QuadrupedConfig
 
 PREPARE_S, RUN_S, FAULT_AT_S = 1.0, 3.0, 1.0
 """Stand-up time, policy time, and when (into the policy phase) the fault starts, s."""
+PEER_START_S = 90.0
+"""How long a simulated peer may take to start (its first facts): 4 s at load 3, 25 s at load 8 for the Go2's."""
 
 
 class FaultyPolicy:
@@ -110,6 +112,7 @@ def run_scenario(scenario: Scenario, policy_path: Path, workdir: Path) -> dict:
     facts_path = workdir / f"peer-{domain}.json"
     modes: set[str] = set()
     with simulated_peer("go2", domain, facts_path, extra_args=scenario.peer_args):
+        wait_for_facts(facts_path)
         with Go2(Go2Config(domain_id=domain)) as robot:
             safety = SafetyFilter(robot.spec, SafetyConfig())
             config = LoopConfig(rate_hz=500.0, policy_rate_hz=50.0, seconds=RUN_S, prepare_seconds=PREPARE_S)
@@ -249,8 +252,9 @@ def run_ur_scenario(scenario: Scenario, workdir: Path) -> dict:
     """One scenario on the simulated UR controller (servoJ at 125 Hz, a 25 Hz joint-space wave policy); the
     controller audits every servoJ target that reaches it."""
     policy = FaultyPolicy(WavePolicy(UR_POLICY_HZ), scenario.policy_fault or "", rate_hz=UR_POLICY_HZ)
-    facts_path, modes = workdir / "ur-facts.json", set()
+    facts_path, modes = workdir / f"ur-facts-{time.monotonic_ns()}.json", set()  # a fresh file per peer
     with simulated_peer("ur", 0, facts_path, extra_args=("--max-step", str(SafetyConfig().max_step))):
+        wait_for_facts(facts_path)  # written once every port listens
         with UR(URConfig(frequency=UR_RATE_HZ)) as ur:
             home = ur.observe().joint_pos
             span = dataclasses.replace(ur.spec, position_low=home - UR_RANGE, position_high=home + UR_RANGE)
@@ -337,6 +341,16 @@ def run_franka_scenario(scenario: Scenario, policy_path: Path) -> dict:
         report = _run(loop, link_fault=kill_after is not None)
         commands, unsafe = robot.stats["commands"], robot.unsafe
     return _result(scenario, report, set(), commands, unsafe)
+
+
+def wait_for_facts(facts_path: Path, timeout: float = PEER_START_S) -> dict:
+    """A peer's first facts, once it wrote them (it serves the robot's protocol from then on)."""
+    deadline = time.monotonic() + timeout
+    while not (facts := read_facts(facts_path)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the simulated peer wrote no facts to {facts_path} within {timeout:.0f} s")
+        time.sleep(0.05)
+    return facts
 
 
 def _run(loop: ControlLoop, link_fault: bool) -> LoopReport:

@@ -134,7 +134,7 @@ class Go2(Robot):
     def __init__(self, config: Go2Config | None = None):
         self.config = config or Go2Config()
         self.spec = go2_spec()
-        self.stats = {"states": 0, "bad_crc_states": 0, "commands": 0, "max_state_gap_ms": 0.0}
+        self.stats = {"states": 0, "bad_crc_states": 0, "commands": 0, "late_commands": 0, "max_state_gap_ms": 0.0}
         self._latest: RobotState | None = None
         self._clock = RobotClock()
         self._participant = self._writer = self._reader = None
@@ -187,17 +187,27 @@ class Go2(Robot):
         return self._poll()
 
     def send(self, command: Command) -> Command:
+        """Publish one LowCmd; returns the command sent: `command`, or damping when it missed its deadline
+        (`Command.valid_until`: this process was held up since the filter checked it against a state the joints
+        have since left; counted in `stats["late_commands"]`)."""
         self.stats["commands"] += 1
         msg = lowcmd_message(command, self.stats["commands"])
+        if command.valid_until is not None and time.monotonic() > command.valid_until:  # checked last thing
+            self.stats["late_commands"] += 1
+            msg = lowcmd_message(self._damping(), self.stats["commands"])
         self._writer.write(msg)
         return lowcmd_command(msg)
+
+    def _damping(self) -> Command:
+        """The safe mode at the newest state: no stiffness, damping only."""
+        zeros = np.zeros(NUM_MOTORS)
+        position = self._latest.joint_pos if self._latest is not None else zeros
+        return Command(position, zeros, zeros, zeros, self.spec.damping_kd)
 
     def disconnect(self) -> None:
         if self._writer is None:
             return
         if self._latest is not None:  # the motors keep the last command: make it damping
-            zeros = np.zeros(NUM_MOTORS)
-            damp = Command(self._latest.joint_pos, zeros, zeros, zeros, self.spec.damping_kd)
             for _ in range(3):
-                self.send(damp)
+                self.send(self._damping())
         self._writer = self._reader = self._participant = None

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -25,6 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from policyforge.config import check
+from policyforge.real_robot.realtime import realtime
 from policyforge.real_robot.robot import Command, Robot, RobotState
 from policyforge.real_robot.safety import Filtered, SafetyFilter
 
@@ -63,6 +65,18 @@ class LoopConfig:
     """The robot is moved to the adapter's default pose over this long before the policy starts, s."""
     policy_budget: float = 0.5
     """Wait at most this fraction of a policy period for the policy's action."""
+    cpu_affinity: tuple[int, ...] | None = None
+    """CPUs the loop thread and its policy thread are kept on, e.g. (1,) (None: wherever the kernel puts them)."""
+    realtime_priority: int | None = None
+    """SCHED_FIFO priority (1-99) of the loop thread, its policy thread one lower: they run before every
+    ordinary task the moment they wake, so a busy machine does not delay ticks. Needs root or CAP_SYS_NICE;
+    where not permitted the loop runs with normal scheduling after one warning. None: normal scheduling."""
+    lock_memory: bool = False
+    """mlockall(MCL_CURRENT | MCL_FUTURE) while the loop runs: no page of the process is swapped out or read
+    back from disk mid-tick (the whole process stays resident). Not permitted: one warning, unlocked."""
+    freeze_gc: bool = False
+    """Freeze and disable Python's garbage collector while the loop runs, so that no collection pauses a tick;
+    reference counting still frees the loop's garbage at once, reference cycles wait for the loop's end."""
 
     def __post_init__(self) -> None:
         check(self.rate_hz > 0, "rate_hz", f"must be > 0, got {self.rate_hz}")
@@ -73,6 +87,14 @@ class LoopConfig:
             f"must divide rate_hz={self.rate_hz} (a whole number of ticks per action), got {self.policy_rate_hz}",
         )
         check(0 < self.policy_budget <= 1, "policy_budget", f"must be in (0, 1], got {self.policy_budget}")
+        priority = self.realtime_priority
+        check(priority is None or 1 <= priority <= 99, "realtime_priority", f"must be in [1, 99], got {priority}")
+        cpus, count = self.cpu_affinity, os.cpu_count() or 1
+        check(
+            cpus is None or (len(cpus) > 0 and all(0 <= cpu < count for cpu in cpus)),
+            "cpu_affinity",
+            f"must name CPUs among 0..{count - 1} of this computer, got {cpus}",
+        )
 
 
 @dataclasses.dataclass
@@ -99,6 +121,8 @@ class LoopReport:
     after policy_error: RuntimeError: …"; None when it did not latch."""
     causes: dict[str, str] = dataclasses.field(default_factory=dict)
     """The first message of each reason the loop gave no action for (see `interventions`)."""
+    realtime: tuple[str, ...] = ()
+    """The real-time options in force during the loop (see `LoopConfig`; any refused are logged)."""
 
 
 class PolicyError(RuntimeError):
@@ -242,6 +266,7 @@ class ControlLoop:
         self.report: LoopReport | None = None
         """The last run's report, also when it ended with an exception (up to that tick)."""
         self._steps: PolicySteps | None = None
+        self._realtime_applied: list[str] = []
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -261,8 +286,8 @@ class ControlLoop:
         ramp_from = self.robot.observe().joint_pos.copy()
         tick = overruns = 0
         next_policy_tick = prepare_ticks  # the policy acts at the first tick at or after each of its deadlines
-        start = time.monotonic()
-        with _stop_on_signals(self.stop):
+        with _stop_on_signals(self.stop), self._realtime(steps.worker) as self._realtime_applied:
+            start = time.monotonic()
             try:
                 while not self._stop.is_set() and (total is None or tick < total):
                     deadline = start + tick * period
@@ -288,7 +313,7 @@ class ControlLoop:
                             command = self.adapter.command(action)
                     filtered = self.safety(command, state, time.monotonic())
                     steps.note(filtered)
-                    self.robot.send(filtered.command)
+                    self.safety.sent(self.robot.send(filtered.command))
                     if self.on_tick is not None:
                         self.on_tick(tick, state, filtered)
                     tick += 1
@@ -299,6 +324,13 @@ class ControlLoop:
                 steps.close()
                 self.report = self._report(tick, lateness, overruns, observations, actions)
         return self.report
+
+    def _realtime(self, worker: PolicyWorker) -> contextlib.AbstractContextManager[list[str]]:
+        """The loop's real-time options (`LoopConfig`), on this thread and, one priority lower, on the policy's
+        thread (the loop waits for it)."""
+        c = self.config
+        threads = ((0, 0), (worker._thread.native_id, -1))
+        return realtime(c.cpu_affinity, c.realtime_priority, c.lock_memory, c.freeze_gc, threads)
 
     def _send_safe(self, reason: str) -> None:
         if self._steps.estop_cause is None:
@@ -327,6 +359,7 @@ class ControlLoop:
             actions=np.asarray(actions, dtype=np.float32),
             estop_cause=(self._steps.estop_cause or self._steps.describe()) if self.safety.estopped else None,
             causes=dict(self._steps.causes),
+            realtime=tuple(self._realtime_applied),
         )
 
 

@@ -74,10 +74,15 @@ class SafetyConfig:
     torque_horizon: float = 0.005
     """How long past the state's age the PD torque bound must hold (the next command's period plus its
     delivery), s: the target keeps |q̇|·(age + this) further inside the bound, for the joint keeps moving."""
+    speed_window: float = 0.1
+    """|q̇| in that margin is the fastest each joint was measured moving in this window, s, not only in the
+    latest state: a state 45 ms old that caught a walking leg at its turning point (q̇ ≈ 0) says nothing of
+    the 15 rad/s it swings at by the time the command lands (tests/real_robot/test_latency.py)."""
 
     def __post_init__(self) -> None:
         check(self.oscillation_window >= 2, "oscillation_window", f"must be ≥ 2, got {self.oscillation_window}")
         check(self.torque_horizon >= 0, "torque_horizon", f"must be ≥ 0, got {self.torque_horizon}")
+        check(self.speed_window >= 0, "speed_window", f"must be ≥ 0, got {self.speed_window}")
         check(self.workspace_margin >= 0, "workspace_margin", f"must be ≥ 0, got {self.workspace_margin}")
         for name in ("state_timeout", "command_timeout", "estop_after", "max_step", "oscillation_limit"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
@@ -119,6 +124,8 @@ class SafetyFilter:
         self._logged: dict[str, tuple[float, int]] = {}
         self._last_action: np.ndarray | None = None
         self._action_changes: collections.deque[float] = collections.deque(maxlen=self.config.oscillation_window)
+        self._speeds: collections.deque[tuple[float, np.ndarray]] = collections.deque()
+        """(stamp, |q̇| [J]) of the states measured within `speed_window` of the newest."""
 
     def check_action(self, action: np.ndarray, now: float) -> bool:
         """Whether a policy action [A] may become a command: finite and within [-1, 1] (plus slack); counted
@@ -182,9 +189,15 @@ class SafetyFilter:
             return self._safe_output(state, now, reasons)
         self._safe = None
         out = self._limit_motion(self._accepted, state, now, reasons)
+        out.valid_until = now + self.config.torque_horizon
         self._last_sent = out
         self._note(reasons, now)
         return Filtered(out, "normal", tuple(sorted(reasons)))
+
+    def sent(self, command: Command) -> None:
+        """What the driver actually sent in place of the filter's last output (`Robot.send` returns it): the next
+        command steps on from it. A driver sends its safe command instead of one that missed its deadline."""
+        self._last_sent = command
 
     # -- steps -------------------------------------------------------------------------------------------
 
@@ -253,7 +266,7 @@ class SafetyFilter:
         until the next command lands (this only pulls a target towards the joint)."""
         if command.kp is not None:
             feedforward = np.abs(command.torque) if command.torque is not None else 0.0
-            drift = np.abs(state.joint_vel) * (max(now - state.stamp, 0.0) + self.config.torque_horizon)
+            drift = self._recent_speed(state) * (max(now - state.stamp, 0.0) + self.config.torque_horizon)
             reach = np.maximum(self.spec.max_torque - feedforward, 0.0) / np.maximum(command.kp, 1e-9)
             reach = np.maximum(reach - drift, 0.0)
             bounded = np.clip(position, state.joint_pos - reach, state.joint_pos + reach)
@@ -261,6 +274,15 @@ class SafetyFilter:
                 reasons.add("torque_limit")
             position = bounded
         return np.clip(position, self.spec.position_low, self.spec.position_high)
+
+    def _recent_speed(self, state: RobotState) -> np.ndarray:
+        """The fastest each joint was measured moving within `speed_window` of `state`, rad/s [J]."""
+        speeds = self._speeds
+        if not speeds or state.stamp > speeds[-1][0]:
+            speeds.append((state.stamp, np.abs(np.nan_to_num(state.joint_vel, posinf=0.0, neginf=0.0))))
+            while speeds[0][0] < state.stamp - self.config.speed_window:
+                speeds.popleft()
+        return np.max([speed for _, speed in speeds] + [np.abs(state.joint_vel)], axis=0)
 
     def _in_workspace(self, position: np.ndarray) -> bool:
         """Whether joint targets [J] put the end effector inside the workspace box, `workspace_margin` from its

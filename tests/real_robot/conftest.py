@@ -12,6 +12,8 @@ from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_
 ASSETS = Path(__file__).parent / "assets"
 GO2_POLICY = ASSETS / "quadruped-walk-policy.onnx"
 """A PPO expert of quadruped-walk (configs/quadruped-walk-ppo.yaml, 6M env steps), exported to ONNX."""
+PEER_START_S = 90.0
+"""How long a peer may take to start before a test fails: generous, for a loaded machine."""
 
 
 class Peer:
@@ -38,4 +40,7 @@ class Peer:
 def go2_peer(tmp_path):
     domain = free_domain_id()
     with simulated_peer("go2", domain, tmp_path / "peer.json") as facts_path:
-        yield Peer(domain, facts_path)
+        peer = Peer(domain, facts_path)
+        # it publishes states from its first facts on; its start-up took 4 s at load 3 and 25 s at load 8
+        peer.wait_for(lambda facts: True, timeout=PEER_START_S)
+        yield peer

@@ -75,7 +75,10 @@ def test_deploy_stops_on_sigterm_and_leaves_the_robot_damped(go2_peer):
     command += ["--domain-id", str(go2_peer.domain_id), "--seconds", "60"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        standing = go2_peer.wait_for(lambda f: f["commands"] > 1500 and f["base_height"] > 0.2, timeout=30)
+        # stiff: on a loaded machine the filter (stale state) or the driver (a late command) damps at times
+        standing = go2_peer.wait_for(
+            lambda f: f["commands"] > 1500 and f["base_height"] > 0.2 and f["last_command_stiff"], timeout=60
+        )
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=20)
     finally:

@@ -15,13 +15,14 @@ from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_
 from policyforge.real_robot import dds
 from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.go2 import LOWCMD_TOPIC, Go2, Go2Config, lowcmd_message, lowstate_state
+from policyforge.real_robot.launch import free_domain_id, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.peers.go2_sim import SimulatedGo2
 from policyforge.real_robot.robot import Command
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from policyforge.sims.task import TaskState
 from policyforge.sims.tasks.quadruped import QuadrupedConfig, QuadrupedWalk
-from tests.real_robot.conftest import GO2_POLICY
+from tests.real_robot.conftest import GO2_POLICY, PEER_START_S, Peer
 
 
 def unitree_crc32(words: list[int]) -> int:
@@ -162,3 +163,46 @@ def test_a_stalled_policy_ends_in_damping_then_estop(go2_peer):
         assert report.ticks >= 0.9 * 2.5 * 500  # the loop kept ticking while the policy hung
         facts = go2_peer.wait_for(lambda f: f["base_height"] < 0.2, timeout=5.0)
     assert sum(facts["unsafe"].values()) == 0, facts["first_unsafe"]
+
+
+class HeldUpGo2(Go2):
+    """A Go2 driver whose process is held up for `seconds` between the safety filter's check and the sending of
+    the first stiff command after damping (as a loaded computer deschedules it), then sends it."""
+
+    def __init__(self, config: Go2Config, seconds: float):
+        super().__init__(config)
+        self.seconds, self.held_up, self._was_damping = seconds, False, False
+
+    def send(self, command: Command) -> Command:
+        stiff = command.kp is not None and bool(np.any(command.kp > 0))
+        if stiff and self._was_damping and not self.held_up:
+            self.held_up = True
+            time.sleep(self.seconds)
+        self._was_damping = not stiff
+        return super().send(command)
+
+
+@pytest.fixture
+def go2_peer_dropping_states(tmp_path):
+    """A Go2 peer that publishes no state for 0.1 s at 2.5 s of its time: the filter damps, then steps back."""
+    domain = free_domain_id()
+    with simulated_peer("go2", domain, tmp_path / "peer.json", extra_args=("--drop-state", "2.5,0.1")) as facts:
+        peer = Peer(domain, facts)
+        peer.wait_for(lambda facts: True, timeout=PEER_START_S)
+        yield peer
+
+
+def test_a_command_held_up_after_the_filter_never_reaches_the_motors_late(go2_peer_dropping_states):
+    """Under load the deploy's audit counted commands beyond the step and torque limits: the driver was held up
+    between the filter's check and the send (460 ms in one logged case) while the joints moved on, so a command
+    checked against a fresh state reached the motors against a stale one. The driver now sends its safe command
+    (damping) instead of one that missed its deadline, and the filter steps on from what was sent."""
+    peer = go2_peer_dropping_states
+    config = LoopConfig(rate_hz=500, policy_rate_hz=50, seconds=3.0, prepare_seconds=1.5)
+    with HeldUpGo2(Go2Config(domain_id=peer.domain_id), seconds=0.4) as robot:
+        loop = ControlLoop(robot, SafetyFilter(robot.spec), ZeroPolicy(), QuadrupedAdapter(QuadrupedConfig()), config)
+        report = loop.run()
+        facts = peer.wait_for(lambda f: f["commands"] >= robot.stats["commands"] - 5)
+    assert robot.held_up and report.interventions["stale_state"] > 0  # the filter damped, then stepped back
+    assert sum(facts["unsafe"].values()) == 0, facts["first_unsafe"]
+    assert robot.stats["late_commands"] >= 1

@@ -54,13 +54,16 @@ TOLERANCE = 1e-3
 """Slack of the command audit (float32 rounding), rad or N·m."""
 STEP_TOLERANCE = 0.01
 """Slack of the step audit, rad."""
-MEASUREMENT_LATENCY = 0.02
-"""After damping the driver steps from the joint as it measured it up to this long ago, s."""
+MEASUREMENT_WINDOW = 0.06
+"""After damping the driver steps from the joint as it measured it: from any state published this long ago or
+less, s (the safety filter's state_timeout, 50 ms, plus 10 ms of delivery)."""
 
 
 @dataclasses.dataclass
 class StateFaults:
-    """Faults the peer injects into its own LowState stream, at simulated times (s)."""
+    """Faults the peer injects into its own LowState stream, at times of its clock (s since it started, as its
+    state stamps count them: on a loaded machine the physics falls behind that clock, and the driver's loop
+    follows the clock, not the physics)."""
 
     drop: tuple[float, float] | None = None
     """(start, duration): no LowState is published in this window."""
@@ -68,6 +71,9 @@ class StateFaults:
     """(start, duration, delay): LowStates of this window are published `delay` s late."""
     die_at: float | None = None
     """The process exits abruptly at this time (no damping, no goodbye), like a crashed robot computer."""
+    stall: tuple[float, float] | None = None
+    """(every, duration): every `every` s the process stops for `duration` s, then catches up (a loaded computer
+    that deschedules the simulator)."""
 
 
 class StateOutbox:
@@ -77,15 +83,15 @@ class StateOutbox:
         self.writer, self.faults = writer, faults
         self.delayed: collections.deque[tuple[float, LowState_]] = collections.deque()
 
-    def publish(self, msg: LowState_, sim_time: float, now: float) -> None:
+    def publish(self, msg: LowState_, clock: float, now: float) -> None:
         faults = self.faults
-        if faults.die_at is not None and sim_time >= faults.die_at:
+        if faults.die_at is not None and clock >= faults.die_at:
             os._exit(3)
         while self.delayed and self.delayed[0][0] <= now:
             self.writer.write(self.delayed.popleft()[1])
-        if faults.drop and faults.drop[0] <= sim_time < faults.drop[0] + faults.drop[1]:
+        if faults.drop and faults.drop[0] <= clock < faults.drop[0] + faults.drop[1]:
             return
-        if faults.delay and faults.delay[0] <= sim_time < faults.delay[0] + faults.delay[1]:
+        if faults.delay and faults.delay[0] <= clock < faults.delay[0] + faults.delay[1]:
             self.delayed.append((now + faults.delay[2], msg))
         elif not self.delayed:  # in order: nothing overtakes a delayed message
             self.writer.write(msg)
@@ -115,6 +121,8 @@ class Go2PeerConfig:
     """Where to write the facts (JSON)."""
     faults: StateFaults = dataclasses.field(default_factory=StateFaults)
     """Faults to inject into the state stream."""
+    trace_path: Path | None = None
+    """Where to save every received command with the state it was audited against (npz, at exit)."""
 
 
 class SimulatedGo2:
@@ -193,12 +201,16 @@ class CommandAudit:
         self.unsafe: dict[str, int] = {}
         self.previous: tuple[np.ndarray, np.ndarray] | None = None
         """The last command's targets [12] and which joints tracked them (kp > 0)."""
+        self.events: list[list[str]] = []
+        """The reasons of each unsafe command."""
         self.first: dict | None = None
         """The first unsafe command, with the joints and the previous target (for the facts)."""
 
-    def check(self, command: Command, joint_pos: np.ndarray, joint_vel: np.ndarray, lost: int = 0) -> None:
-        """Audit one received command; `lost`: commands lost in transit since the previous one (each may have
-        moved the target by `max_step`)."""
+    def check(self, command: Command, joint_pos: np.ndarray, seen: np.ndarray | None = None, lost: int = 0) -> None:
+        """Audit one received command against the joints now (`joint_pos` [12]); `seen` [K, 12]: the joint
+        positions published in the last MEASUREMENT_WINDOW (what the driver may have measured; default: only
+        `joint_pos`); `lost`: commands lost in transit since the previous one (each may have moved the target
+        by `max_step`)."""
         spec, reasons, previous = self.spec, [], self.previous
         arrays = [command.position, command.velocity, command.torque, command.kp, command.kd]
         if not all(np.all(np.isfinite(a)) for a in arrays):
@@ -209,15 +221,16 @@ class CommandAudit:
             if np.any(((command.position < low) | (command.position > high))[active]):
                 reasons.append("position_limit")
             if self.previous is not None:
-                # from the last target, or the joint where none was tracked (damping); a jump beyond max_step is
-                # violent unless it moves the target towards the joint (less torque)
+                # from the last target, or where none was tracked (damping) from the joint as the driver may have
+                # measured it (any state published within MEASUREMENT_WINDOW); a jump beyond max_step is violent
+                # unless it moves the target towards the joint (less torque)
                 was_tracking = self.previous[1]
-                reference = np.where(was_tracking, self.previous[0], joint_pos)
-                change = command.position - reference
-                towards_joint = change * (joint_pos - reference) > 0
-                # a measured reference is as uncertain as the joint moved during the driver's latency
-                slack = STEP_TOLERANCE + np.where(was_tracking, 0.0, np.abs(joint_vel) * MEASUREMENT_LATENCY)
-                allowed = self.max_step * (1 + lost) + slack
+                seen = joint_pos[None] if seen is None else np.vstack([seen, joint_pos])
+                low = np.where(was_tracking, self.previous[0], seen.min(axis=0))
+                high = np.where(was_tracking, self.previous[0], seen.max(axis=0))
+                change = command.position - np.clip(command.position, low, high)
+                towards_joint = was_tracking & (change * (joint_pos - self.previous[0]) > 0)
+                allowed = self.max_step * (1 + lost) + STEP_TOLERANCE
                 if np.any(((np.abs(change) > allowed) & ~towards_joint)[active]):
                     reasons.append("step_limit")
             pd_torque = np.abs(command.torque) + command.kp * np.abs(command.position - joint_pos)
@@ -228,6 +241,8 @@ class CommandAudit:
             self.previous = (command.position, active)
         for reason in reasons:
             self.unsafe[reason] = self.unsafe.get(reason, 0) + 1
+        if reasons:
+            self.events.append(reasons)
         if reasons and self.first is None:
             self.first = {"reasons": reasons, "command": dataclasses.asdict(command), "joint_pos": joint_pos}
             self.first["lost_before"] = lost
@@ -249,6 +264,9 @@ def serve(config: Go2PeerConfig) -> dict:
     facts["unsafe"], sequence = audit.unsafe, None
     facts["max_publish_gap_ms"], last_written = 0.0, time.monotonic()
     command, command_time = None, -np.inf
+    trace, trace_published = ([], []) if config.trace_path is not None else (None, None)
+    published: collections.deque[tuple[float, np.ndarray]] = collections.deque()
+    """(time, joint positions [12]) of the states published in the last MEASUREMENT_WINDOW."""
     period, start = 1.0 / config.rate_hz, time.monotonic()
     next_write, start_xy, min_height = start, robot.base_position[:2], np.inf
     while not stopping and (config.seconds is None or robot.tick * period < config.seconds):
@@ -262,7 +280,10 @@ def serve(config: Go2PeerConfig) -> dict:
             command, command_time = lowcmd_command(msg), time.monotonic()
             lost = max(msg.reserve - sequence - 1, 0) if sequence is not None else 0
             facts["lost_commands"], sequence = facts["lost_commands"] + lost, msg.reserve
-            audit.check(command, robot.joint_pos, robot.joint_vel, lost)
+            audit.check(command, robot.joint_pos, np.array([q for _, q in published]), lost)
+            if trace is not None:
+                trace.append((msg.reserve, command_time, robot.tick * period, robot.joint_pos.copy(),
+                              robot.joint_vel.copy(), command.position, command.kp, len(audit.events)))  # fmt: skip
             facts["first_unsafe"] = audit.first
             facts["last_command_stiff"] = bool(np.any(command.kp > 0))
         fresh = command is not None and time.monotonic() - command_time <= config.command_timeout
@@ -271,7 +292,12 @@ def serve(config: Go2PeerConfig) -> dict:
         written = time.monotonic()
         # stamped with the time since start, as the robot's own clock counts it: after a stall the physics
         # catches up in a burst, but the stamps stay true to when each state is sent
-        outbox.publish(robot.lowstate(round((written - start) * 1000)), robot.tick * period, written)
+        outbox.publish(robot.lowstate(round((written - start) * 1000)), written - start, written)
+        published.append((written, robot.joint_pos.copy()))
+        while published[0][0] < written - MEASUREMENT_WINDOW:
+            published.popleft()
+        if trace is not None:
+            trace_published.append((round((written - start) * 1000), robot.tick * period))
         facts["steps"] = robot.tick
         facts["max_publish_gap_ms"] = max(facts["max_publish_gap_ms"], (written - last_written) * 1e3)
         last_written = written
@@ -280,12 +306,19 @@ def serve(config: Go2PeerConfig) -> dict:
         if config.stats_path is not None and now >= next_write:
             _write(config.stats_path, facts, robot, start_xy, min_height, now - start)
             next_write = now + 0.1
+        stall = config.faults.stall
+        if stall and robot.tick % max(round(stall[0] / period), 1) == 0:
+            time.sleep(stall[1])
         delay = start + robot.tick * period - time.monotonic()
         if delay > 0:
             time.sleep(delay)
 
     if config.stats_path is not None:
         _write(config.stats_path, facts, robot, start_xy, min_height, time.monotonic() - start)
+    if trace is not None:
+        columns = ("sequence", "received", "sim_time", "joint_pos", "joint_vel", "position", "kp", "unsafe_so_far")
+        arrays = {c: np.array(v) for c, v in zip(columns, zip(*trace, strict=True), strict=True)}
+        np.savez(config.trace_path, start=start, published=np.array(trace_published), **arrays)
     return facts
 
 
@@ -316,13 +349,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stats", type=Path, default=None)
     parser.add_argument("--drop-state", default=None, help="START,DURATION (s): publish no LowState then")
     parser.add_argument("--delay-state", default=None, help="START,DURATION,DELAY (s): publish LowStates late")
-    parser.add_argument("--die-at", type=float, default=None, help="exit abruptly at this simulated time (s)")
+    parser.add_argument("--die-at", type=float, default=None, help="exit abruptly at this time of its clock (s)")
+    parser.add_argument("--stall", default=None, help="EVERY,DURATION (s): stop for DURATION every EVERY s")
+    parser.add_argument("--trace", type=Path, default=None, help="save every command received (npz) here")
     args = parser.parse_args(argv)
     numbers = lambda text: tuple(float(x) for x in text.split(",")) if text else None  # noqa: E731
-    faults = StateFaults(drop=numbers(args.drop_state), delay=numbers(args.delay_state), die_at=args.die_at)
+    faults = StateFaults(
+        drop=numbers(args.drop_state), delay=numbers(args.delay_state), die_at=args.die_at, stall=numbers(args.stall)
+    )
     config = Go2PeerConfig(
         domain_id=args.domain_id, interface=args.interface, rate_hz=args.rate,
         command_timeout=args.command_timeout, seconds=args.seconds, stats_path=args.stats, faults=faults,
+        trace_path=args.trace,
     )  # fmt: skip
     serve(config)
 
