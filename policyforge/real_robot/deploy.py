@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 
 from policyforge.errors import UserError
-from policyforge.policies.export import load_exported
+from policyforge.policies.export import file_sha256, load_exported
 from policyforge.real_robot.robot import Command, RobotState
 from policyforge.sims.task import TaskState, asset_path
 from policyforge.sims.tasks.arm import FINGER_OPEN, HOME_QPOS
@@ -36,13 +36,13 @@ class ExportedPolicy:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        description = self.path.with_suffix(".json")
-        if not description.exists():
-            raise FileNotFoundError(f"{description} is missing: export with `policyforge export RUN` (it writes both)")
-        self.spec = json.loads(description.read_text())
+        self.spec = read_description(self.path)
         if self.spec.get("image_shape"):
-            raise ValueError(f"{self.path} takes camera images; deploying image policies is not supported yet")
-        self.run = load_exported(self.path)
+            raise DeployError(f"{self.path} takes camera images; deploying image policies is not supported yet")
+        try:
+            self.run = load_exported(self.path)
+        except Exception as err:  # onnxruntime and torch.jit raise their own types for a file they cannot parse
+            raise DeployError(f"{self.path} cannot be loaded as an exported policy: {_one_line(err)}") from None
         self.action_dim = int(self.spec["action_dim"])
         self.history_len = int(self.spec.get("n_obs_steps") or 0)
         self.act_steps = int(self.spec.get("act_steps") or self.spec.get("chunk_len", 1))
@@ -108,6 +108,28 @@ class ExportedPolicy:
         action = self.chunk[self.cursor]
         self.cursor += 1
         return action
+
+
+def read_description(path: Path) -> dict:
+    """The JSON description `policyforge export` writes beside `path`, checked: it parses, names the sizes the
+    graph takes and answers, and (when it records one) the graph's sha256 matches the file, so a graph replaced
+    or damaged after export is refused before anything runs it. DeployError naming the file otherwise."""
+    description = path.with_suffix(".json")
+    fix = "export it again with `policyforge export RUN` (it writes both files)"
+    try:
+        spec = json.loads(description.read_text())
+    except FileNotFoundError:
+        raise DeployError(f"{description} is missing: {fix}") from None
+    except (OSError, ValueError) as err:
+        raise DeployError(f"{description} is not a readable export description ({_one_line(err)}): {fix}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("action_dim"), int):
+        raise DeployError(f"{description} does not record the policy's action_dim: {fix}")
+    if not path.is_file():
+        raise DeployError(f"{path} is missing: {fix}")
+    recorded = spec.get("graph_sha256")
+    if recorded is not None and file_sha256(path) != recorded:
+        raise DeployError(f"{path} is not the graph {description.name} was written for (sha256 differs): {fix}")
+    return spec
 
 
 @dataclasses.dataclass

@@ -23,7 +23,7 @@ import numpy as np
 
 from policyforge.config import ConfigError, check
 from policyforge.policies.export import run_checkpoint, stale_reason
-from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter
+from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter, read_description
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 
@@ -128,8 +128,7 @@ def resolve_policy(source: Path, say: Callable[[str], None] = print) -> Path:
 
 def _describe_export(path: Path, say: Callable[[str], None]) -> None:
     """Say which export runs and what it was made from; warn when it is older than its run's checkpoint."""
-    description = path.with_suffix(".json")
-    spec = json.loads(description.read_text()) if description.is_file() else {}
+    spec = read_description(path)
     source = spec.get("source") if isinstance(spec.get("source"), dict) else None
     made_from = f"{source['checkpoint']}, sha256 {str(source['sha256'])[:12]}…" if source else "checkpoint unknown"
     say(f"policy: {path} (exported from {made_from})")

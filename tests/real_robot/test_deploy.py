@@ -266,3 +266,22 @@ def test_a_nan_checkpoint_is_not_exported_and_its_stale_export_never_runs(reach_
     printed = " ".join(capsys.readouterr().out.split())
     assert code == 2 and f"exporting {reach_run} failed, nothing was deployed" in printed
     assert "the policy's actions are not finite" in printed
+
+
+@pytest.mark.parametrize("described", ["shipped", "no-sha256", "torn"])
+def test_an_export_that_is_not_a_graph_is_refused_naming_the_file(tmp_path, capsys, described):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(np.random.default_rng(18).bytes(4096))
+    spec = json.loads(GO2_POLICY.with_suffix(".json").read_text())
+    if described == "shipped":
+        spec["graph_sha256"] = file_sha256(GO2_POLICY)  # as every export since policyforge-checkpoint/2 records
+    text = json.dumps(spec)
+    garbage.with_suffix(".json").write_text(text[: len(text) // 2] if described == "torn" else text)
+    assert main(["deploy", str(garbage), "--robot", "go2", "--peer", "sim"]) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    expected = {
+        "shipped": "is not the graph garbage.json was written for (sha256 differs)",
+        "no-sha256": "cannot be loaded as an exported policy: InvalidProtobuf",
+        "torn": "garbage.json is not a readable export description",
+    }[described]
+    assert expected in printed and "Traceback" not in printed, printed
