@@ -38,8 +38,9 @@ from robustness_faults import PROBES as FAULT_PROBES
 from robustness_kit import GOOD, Ctx, Probe, Run, Verdict, worst
 from robustness_probes import PROBES as INPUT_PROBES
 from robustness_probes import recipe
+from robustness_runs import PROBES as RUN_PROBES
 
-PROBES: list[Probe] = [*INPUT_PROBES, *FAULT_PROBES, *DEPLOY_PROBES]
+PROBES: list[Probe] = [*INPUT_PROBES, *RUN_PROBES, *FAULT_PROBES, *DEPLOY_PROBES]
 TINY_RUN = ["sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2", "runner.total_env_steps=1024",
             "runner.checkpoint_every=3", "runner.eval_envs=2", "runner.video=none", "runner.tensorboard=false",
             "out_dir=runs"]  # fmt: skip

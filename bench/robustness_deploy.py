@@ -13,12 +13,13 @@ import contextlib
 import json
 import random
 import re
+import shutil
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from robustness_kit import Ctx, Probe, Run, Verdict, digest, read_json, refused, variant
+from robustness_kit import Ctx, Probe, Run, Verdict, digest, read_json, refused, registrar, variant
 
 PROBES: list[Probe] = []
 GO2_POLICY = "tests/real_robot/assets/quadruped-walk-policy.onnx"
@@ -39,12 +40,7 @@ go2_sim.main(sys.argv[2:])
 """The tree's simulated Go2 peer, optionally with a failing IMU."""
 
 
-def probe(name: str, group: str, expected: str, needs: tuple[str, ...] = ()):
-    def register(run):
-        PROBES.append(Probe(name, group, expected, run, needs))
-        return run
-
-    return register
+probe = registrar(PROBES)
 
 
 class Go2Peer:
@@ -150,6 +146,16 @@ def _deploy_hostile(how: str, ctx: Ctx) -> Verdict:
 
 for _how, _what in (("nan", "NaN weights"), ("huge", "×1e6 weights")):
     PROBES.append(variant(f"deploy an export with {_what}", "deploy", "clear_error or held", _deploy_hostile, _how))
+
+
+@probe("deploy random bytes as an export", "deploy", "clear_error")
+def _deploy_garbage(ctx: Ctx) -> Verdict:
+    garbage = ctx.work / "exports" / "garbage.onnx"
+    garbage.parent.mkdir(parents=True, exist_ok=True)
+    garbage.write_bytes(random.Random(18).randbytes(4096))
+    shutil.copy((ctx.tree / GO2_POLICY).with_suffix(".json"), garbage.with_suffix(".json"))
+    done, unsafe = deploy(ctx, garbage, "--seconds", "2")
+    return Verdict("silent", f"{unsafe} unsafe commands") if unsafe else refused(done, "garbage.onnx")
 
 
 @probe("deploy an export of 48 observations on the 45-observation Go2", "deploy", "clear_error")

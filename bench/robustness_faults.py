@@ -8,7 +8,7 @@ import random
 import shutil
 from pathlib import Path
 
-from robustness_kit import Ctx, Probe, Verdict, kill_after, read_json, refused, variant
+from robustness_kit import Ctx, Probe, Verdict, kill_after, read_json, refused, registrar, variant
 from robustness_probes import LONGER, recipe
 
 PROBES: list[Probe] = []
@@ -32,12 +32,7 @@ print(json.dumps({"params": h.hexdigest(), "env_steps": state["env_steps"]}))
 """Prints a hash of the policy and critic parameters of a checkpoint file (read by the tree under test)."""
 
 
-def probe(name: str, group: str, expected: str, needs: tuple[str, ...] = ()):
-    def register(run):
-        PROBES.append(Probe(name, group, expected, run, needs))
-        return run
-
-    return register
+probe = registrar(PROBES)
 
 
 # -- datasets: recovery never deletes data; damage is named ------------------------------------------------

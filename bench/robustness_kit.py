@@ -107,6 +107,20 @@ def variant(
     return Probe(name, group, expected, functools.partial(run, *args), tuple(needs))
 
 
+def registrar(probes: list[Probe]) -> Callable:
+    """A decorator `probe(name, group, expected, needs=())` that appends the decorated `run(ctx) -> Verdict` to
+    `probes` as a Probe."""
+
+    def probe(name: str, group: str, expected: str, needs: tuple[str, ...] = ()) -> Callable:
+        def register(run: Callable[[Ctx], Verdict]) -> Callable[[Ctx], Verdict]:
+            probes.append(Probe(name, group, expected, run, needs))
+            return run
+
+        return register
+
+    return probe
+
+
 class Ctx:
     """One probe's workspace: a fresh working directory two levels below the probe's own directory (so that a
     `../../x` path stays inside it), the marker a malicious payload would create, and the protected files."""

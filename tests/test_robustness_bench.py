@@ -89,7 +89,7 @@ def test_a_refused_override_runs_end_to_end_and_prints_the_summary_last(bench, c
 def test_a_malicious_checkpoint_is_built_to_run_code_when_unpickled(bench, kit, ctx):
     import pickle
 
-    probes = sys.modules["robustness_probes"]
+    probes = sys.modules["robustness_runs"]
     path = probes.hostile_checkpoint(ctx, "evil.pt", "pickle")
     assert not ctx.marker.exists()
     pickle.loads(path.read_bytes())  # what an unsafe loader does

@@ -205,9 +205,10 @@ def _weights_only_load(path: Path, data: Path | io.BytesIO) -> Any:
     except pickle.UnpicklingError:
         raise
     except Exception as err:  # torch's zip reader, pickle and storage code raise many types on damaged bytes
-        text = str(err).strip().splitlines()
+        lines = re.split(r"(?<=\.)\s", str(err).strip())[0].splitlines()  # torch's first sentence, not its advice
         raise CheckpointError(
-            f"{path} is damaged or not a checkpoint ({type(err).__name__}: {text[0] if text else ''})"
+            f"{path} is damaged or not a checkpoint ({type(err).__name__}: {lines[0] if lines else ''}); "
+            "use an intact one (a run keeps its numbered checkpoints in checkpoints/step_*.pt)"
         ) from None
 
 
