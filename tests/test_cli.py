@@ -102,7 +102,12 @@ def test_collect_writes_a_dataset_that_reads_back(tmp_path, capsys):
         (["arm-reach", "--envs", "0"], "--envs: must be in [1, 4096]"),
         (["arm-reach", "--noise", "nan"], "--noise: is a standard deviation, finite and ≥ 0; got nan"),
         (["arm-reach", "--noise", "inf"], "--noise: is a standard deviation, finite and ≥ 0; got inf"),
-        (["arm-reach", "--seed", "-1"], "--seed: must be ≥ 0"),
+        (["arm-reach", "--seed", "-1"], "--seed: must be in [0, 4274963199]"),
+        (
+            ["arm-reach", "--seed", "4294967295"],
+            "--seed: must be in [0, 4274963199]; seeds up to seed + 20,004,096 are",
+        ),
+        (["arm-reach", "--image-size", "2000"], "--image-size: must be 1 to 1024 pixels a side"),
         (["pendulum-swingup"], "task: no scripted expert for 'pendulum-swingup'"),
     ],
 )

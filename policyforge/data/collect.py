@@ -18,11 +18,12 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from policyforge.config import ConfigError
+from policyforge.config import ConfigError, check_seed
 from policyforge.data import integrity, layout
 from policyforge.data.dataset import DatasetError, Demonstrations, DemoWriter
 from policyforge.data.experts import EXPERTS, ArmExpert, PolicyExpert
 from policyforge.sims import ImageConfig, SimConfig, make_env
+from policyforge.sims.config import MAX_IMAGE_SIZE
 from policyforge.sims.make import make_task
 from policyforge.sims.render import camera_names
 from policyforge.sims.vec_env import VecEnv
@@ -38,10 +39,9 @@ MAX_ATTEMPTS_PER_EPISODE = 20
 MAX_EPISODES = 1_000_000
 """Episodes one collect may write: each is a file (and one per camera), and a million files is the layout's
 1000 chunks of 1000."""
-MAX_ENVS = 4096
-"""Parallel environments: more than any machine steps usefully (native MuJoCo keeps one MjData per env)."""
-MAX_IMAGE_SIZE = 2048
-"""Pixels per side of recorded images (LeRobot datasets are typically 640x480)."""
+MAX_COLLECT_ENVS = 4096
+"""Parallel environments of one collect, below sims.config.MAX_ENVS: collect steps native MuJoCo (one MjData
+per env) and renders every env's cameras, so more is only memory."""
 
 
 def collect(
@@ -208,10 +208,9 @@ def _check_arguments(episodes, num_envs, seed, action_noise, hesitation, image_h
     """ConfigError naming the first argument out of range (NaN and inf included)."""
     if not 1 <= episodes <= MAX_EPISODES:
         raise ConfigError("episodes", f"must be in [1, {MAX_EPISODES:,}], got {episodes}")
-    if not 1 <= num_envs <= MAX_ENVS:
-        raise ConfigError("num_envs", f"must be in [1, {MAX_ENVS}] (parallel environments), got {num_envs}")
-    if seed < 0:
-        raise ConfigError("seed", f"must be ≥ 0, got {seed}")
+    if not 1 <= num_envs <= MAX_COLLECT_ENVS:
+        raise ConfigError("num_envs", f"must be in [1, {MAX_COLLECT_ENVS}] (parallel environments), got {num_envs}")
+    check_seed(seed, "seed", largest_offset=MAX_EPISODES * MAX_ATTEMPTS_PER_EPISODE + MAX_COLLECT_ENVS)
     if not (math.isfinite(action_noise) and action_noise >= 0):
         raise ConfigError("action_noise", f"is a standard deviation, finite and ≥ 0; got {action_noise}")
     if not 0 <= hesitation < 1:  # false for NaN
