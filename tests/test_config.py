@@ -169,3 +169,16 @@ def test_eval_refuses_a_non_positive_env_count(tmp_path, capsys):
         assert (
             f"--envs: must be in [1, 65536] (evaluation episodes, one per env), got {envs}" in capsys.readouterr().out
         )
+
+
+def test_an_unknown_video_camera_is_refused_before_training(tmp_path):
+    from rich.console import Console
+
+    from policyforge.algos.runner import RunConfig as FullRunConfig
+    from policyforge.algos.runner import Runner
+
+    settings = {"name": "tiny", "out_dir": str(tmp_path), "sim": {"num_envs": 2}, "policy": {"hidden": [8]}}
+    settings["runner"] = {"total_env_steps": 8, "video_camera": "no-such-camera", "tensorboard": False}
+    with pytest.raises(ConfigError, match=r"^runner.video_camera: unknown camera 'no-such-camera'; pendulum-swingup"):
+        Runner.start(from_dict(FullRunConfig, settings), Console(quiet=True))
+    assert not list((tmp_path / "tiny").glob("checkpoints/*.pt"))

@@ -168,6 +168,10 @@ class Runner:
         torch.set_num_threads(config.runner.torch_threads)
         _seed_everything(config.seed)
         self.env = make_env(config.sim, seed=config.seed)
+        camera = config.runner.video_camera
+        if camera is not None and camera not in self.env.cameras:
+            cameras = f"{config.sim.task} has {self.env.cameras}"
+            raise config_io.ConfigError("runner.video_camera", f"unknown camera {camera!r}; {cameras}")
         self.compile_seconds = float(getattr(self.env, "compile_seconds", 0.0))
         """Seconds the simulator spent compiling (MJX), reported apart from steps/s."""
         if self.compile_seconds:
