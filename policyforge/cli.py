@@ -258,6 +258,7 @@ DEPLOY_FLAGS = {
     "interface": "--interface",
     "domain_id": "--domain-id",
     "motion_mode_released": "--motion-mode-released",
+    "cpus": "--cpus",
 }
 """DeployConfig's fields → the flags that set them, for error messages."""
 
@@ -281,6 +282,8 @@ def _deploy(args: argparse.Namespace, console: Console) -> int:
             domain_id=args.domain_id,
             record=Path(args.record) if args.record else None,
             motion_mode_released=args.motion_mode_released,
+            realtime=args.realtime,
+            cpus=_cpu_list(args.cpus),
         )
         report, facts = deploy(config, say=console.print)
     except ConfigError as err:
@@ -293,6 +296,7 @@ def _deploy(args: argparse.Namespace, console: Console) -> int:
         "ticks / policy steps": f"{report.ticks} / {report.policy_steps}",
         "jitter median / p99 / max": f"{jitter['median']:.2f} / {jitter['p99']:.2f} / {jitter['max']:.2f} ms",
         "overruns": str(report.overruns),
+        "real-time options": ", ".join(report.realtime) or "none",
         "safety interventions": ", ".join(f"{k} {v}" for k, v in sorted(report.interventions.items())) or "none",
         "final mode": report.final_mode,
     }
@@ -313,6 +317,13 @@ def _deploy(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]e-stop[/red]: {report.estop_cause} (exit status {ESTOP_EXIT})")
         return ESTOP_EXIT
     return 0
+
+
+def _cpu_list(text: str | None) -> tuple[int, ...] | None:
+    try:
+        return None if text is None else tuple(int(cpu) for cpu in text.split(","))
+    except ValueError:
+        raise ConfigError("--cpus", f"give CPU numbers separated by commas, e.g. 1 or 2,3; got {text!r}") from None
 
 
 def _three_numbers(text: str, flag: str, what: str) -> tuple[float, float, float]:
@@ -406,6 +417,10 @@ def _parser() -> argparse.ArgumentParser:
     deploying.add_argument(
         "--motion-mode-released", action="store_true", help="hardware Go2: its sport mode has been released"
     )
+    deploying.add_argument(
+        "--realtime", action="store_true", help="control loop under SCHED_FIFO, memory locked, GC frozen (root)"
+    )
+    deploying.add_argument("--cpus", default=None, help="CPUs to keep the control loop on, e.g. 1 or 2,3")
     deploying.set_defaults(run=_deploy)
     return parser
 

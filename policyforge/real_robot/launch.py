@@ -28,6 +28,10 @@ from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 
 ROBOTS = {"go2": "quadruped-walk", "franka": "arm-reach"}
+REALTIME_PRIORITY = 80
+"""SCHED_FIFO priority of `deploy --realtime`'s control loop: above ordinary real-time services, below the
+kernel's own threads (99) and, on a PREEMPT_RT kernel, its interrupt threads (50 by default: raise theirs for the
+robot's network card, as ROS 2 and libfranka set-ups do)."""
 """Robots `deploy` drives → the task their policies are trained on."""
 PEER_START_S = 60.0
 """How long a simulated peer may take to start, s: the Go2 peer's first facts came after 3.7–4.0 s on a 2-core
@@ -66,8 +70,29 @@ class DeployConfig:
     """Hardware Go2: confirm its sport mode is released."""
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     """Safety-filter thresholds."""
+    realtime: bool = False
+    """Run the control loop with `LoopConfig`'s real-time options: SCHED_FIFO priority REALTIME_PRIORITY, memory
+    locked, garbage collector frozen. Needs root or CAP_SYS_NICE (else one warning, normal scheduling)."""
+    cpus: tuple[int, ...] | None = None
+    """CPUs the control loop and its policy thread are kept on, e.g. (1,) (None: wherever the kernel puts them)."""
+
+    def loop_config(self, rate_hz: float, policy_rate_hz: float) -> LoopConfig:
+        """The control loop's settings for a robot ticking at `rate_hz` and a policy acting at `policy_rate_hz`."""
+        return LoopConfig(
+            rate_hz=rate_hz,
+            policy_rate_hz=policy_rate_hz,
+            seconds=self.seconds,
+            cpu_affinity=self.cpus,
+            realtime_priority=REALTIME_PRIORITY if self.realtime else None,
+            lock_memory=self.realtime,
+            freeze_gc=self.realtime,
+        )
 
     def __post_init__(self) -> None:
+        try:
+            self.loop_config(1.0, 1.0)  # checks the CPUs before anything connects
+        except ConfigError as err:
+            raise ConfigError("cpus", err.reason) from None
         check(self.robot in ROBOTS, "robot", f"unknown robot {self.robot!r}; drivers: {sorted(ROBOTS)}")
         check(self.peer in (None, "sim"), "peer", f"unknown peer {self.peer!r}; use 'sim' or leave it out for hardware")
         check(
@@ -215,8 +240,7 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> tuple[Lo
                 _wait_for_facts(facts_path)
         with robot:
             safety = SafetyFilter(robot.spec, safety_config, getattr(adapter, "forward_kinematics", None))
-            loop_config = LoopConfig(rate_hz=rate, policy_rate_hz=policy_rate, seconds=config.seconds)
-            report = ControlLoop(robot, safety, policy, adapter, loop_config).run()
+            report = ControlLoop(robot, safety, policy, adapter, config.loop_config(rate, policy_rate)).run()
             final = robot.observe()
         if config.record is not None and report.policy_steps:
             _record(config.record, report, policy_rate, task)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
@@ -37,6 +38,16 @@ def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys):
     # 3 s at 50 Hz = 150 policy steps; on a loaded machine some actions miss their time budget (not recorded)
     assert episodes.num_episodes == 1 and episodes.num_frames >= 90
     assert episodes.column("observation.state").shape[1] == 45
+
+
+def test_deploy_realtime_runs_the_loop_under_the_real_time_options(capsys):
+    code = main(["deploy", str(GO2_POLICY), "--peer", "sim", "--seconds", "1", "--realtime", "--cpus", "0"])
+    printed = " ".join(capsys.readouterr().out.split())
+    assert code == 0, printed
+    row = printed.split("real-time options │")[1].split("│")[0]
+    assert "affinity" in row and "gc_frozen" in row, row
+    if os.geteuid() == 0:  # root may use SCHED_FIFO and mlockall (elsewhere: one warning, normal scheduling)
+        assert "sched_fifo" in row and "mlockall" in row, row
 
 
 def test_deploy_reaches_with_the_franka_peer():
@@ -120,6 +131,8 @@ def test_an_export_of_another_action_size_is_refused(tmp_path, capsys):
         (["--command", "0,0,-3"], "--command: yaw_rate=-3 is outside the range the policy was trained on"),
         (["--interface", "eth0; rm -rf /"], "--interface: must be a network interface name"),
         (["--goal", "0.5,nan,0.3"], "--goal: must be three finite numbers"),
+        (["--cpus", "4096"], "--cpus: must name CPUs among 0.."),
+        (["--cpus", "one"], "--cpus: give CPU numbers separated by commas"),
     ],
 )
 def test_bad_deploy_flags_are_refused_naming_the_flag(flags, message, capsys):
