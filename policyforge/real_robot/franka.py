@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 
 from policyforge.real_robot import netbind
+from policyforge.real_robot.realtime import scheduling_kept
 from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
 from policyforge.sims.tasks.arm import ARM_JOINTS, VELOCITY_LIMITS
 from policyforge.sims.tasks.arm_tasks import ArmReach
@@ -82,6 +83,12 @@ class Franka(Robot):
         """The newest libfranka state's robot time and when this driver first read it (monotonic s)."""
 
     def connect(self, timeout: float = 5.0) -> None:
+        # libfranka raises the calling thread to SCHED_FIFO 99 wherever permitted and leaves it there; the control
+        # loop sets its own thread's scheduling (LoopConfig), so the caller's is put back
+        with scheduling_kept():
+            self._connect(timeout)
+
+    def _connect(self, timeout: float) -> None:
         import franky
 
         realtime = franky.RealtimeConfig.Enforce if self.config.realtime else franky.RealtimeConfig.Ignore
@@ -147,7 +154,8 @@ class Franka(Robot):
         swallowed: this is the way out, also when the connection is gone."""
         stop = franky.CartesianStopMotion() if self._motion_type is franky.CartesianMotion else franky.JointStopMotion()
         try:
-            self.robot.move(stop, asynchronous=asynchronous)
+            with scheduling_kept():  # as in connect: a synchronous move runs libfranka's control loop in this thread
+                self.robot.move(stop, asynchronous=asynchronous)
         except Exception:
             with contextlib.suppress(Exception):
                 self.robot.recover_from_errors()

@@ -87,15 +87,31 @@ def realtime(
         if locked:
             ctypes.CDLL(None, use_errno=True).munlockall()
         for setting in saved:
-            with contextlib.suppress(OSError):  # the thread may have ended
-                os.sched_setscheduler(setting.tid, setting.policy, os.sched_param(setting.priority))
-                os.sched_setaffinity(setting.tid, setting.affinity)
+            _restore(setting)
+
+
+@contextlib.contextmanager
+def scheduling_kept(tid: int = 0) -> Iterator[None]:
+    """Put the thread's scheduling policy, priority and CPUs back as they were on exit: around calls into libraries
+    that raise the calling thread to real-time priority and leave it there (libfranka's control loop does, even with
+    RealtimeConfig.Ignore, wherever it is permitted)."""
+    saved = _thread_setting(tid)
+    try:
+        yield
+    finally:
+        _restore(saved)
 
 
 def _thread_setting(tid: int) -> ThreadSetting:
     return ThreadSetting(
         tid, os.sched_getaffinity(tid), os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority
     )
+
+
+def _restore(setting: ThreadSetting) -> None:
+    with contextlib.suppress(OSError):  # the thread may have ended
+        os.sched_setscheduler(setting.tid, setting.policy, os.sched_param(setting.priority))
+        os.sched_setaffinity(setting.tid, setting.affinity)
 
 
 def _each_thread(threads, apply, name: str, applied: list[str], refused: list[str]) -> None:

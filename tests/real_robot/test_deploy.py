@@ -52,7 +52,10 @@ def test_deploy_realtime_runs_the_loop_under_the_real_time_options(capsys):
 
 def test_deploy_reaches_with_the_franka_peer():
     config = DeployConfig(source=ASSETS / "arm-reach-policy.onnx", robot="franka", peer="sim", seconds=4.0)
+    scheduling = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.sched_getaffinity(0))
     report, facts = deploy(config)
+    # libfranka's synchronous stop on disconnect raised this thread to SCHED_FIFO 99 and left it there
+    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.sched_getaffinity(0)) == scheduling
     # reaching is asserted in test_franka.py; where the arm ends is not: after reaching, some joint-mode runs
     # drift away from the goal (not diagnosed yet, README: deploy limits)
     assert report.final_mode == "normal" and report.policy_steps >= 90 and facts["goal_distance"] >= 0
