@@ -108,9 +108,8 @@ def newest(path: Path) -> tuple[Path, dict[str, Any]]:
     path = Path(path)
     if not path.is_dir():
         return path, read(path)
-    directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    candidates = [directory / LATEST, *_numbered(directory)]
-    if not any(candidate.is_file() for candidate in candidates):
+    candidates = files(path)
+    if not candidates:
         raise CheckpointError(f"no checkpoint in {path}: expected checkpoints/{LATEST} (was the run started?)")
     problems = []
     for candidate in candidates:
@@ -124,6 +123,14 @@ def newest(path: Path) -> tuple[Path, dict[str, Any]]:
             log.warning("loaded %s, the newest intact checkpoint of %s", candidate, path)
         return candidate, state
     raise CheckpointError(f"no intact checkpoint in {path}:\n  " + "\n  ".join(problems))
+
+
+def files(path: Path) -> list[Path]:
+    """The checkpoint files of a run or checkpoint directory, in the order `newest` tries them: latest.pt, then
+    the numbered ones newest first ([] for a run that has not checkpointed)."""
+    path = Path(path)
+    directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    return [candidate for candidate in [directory / LATEST, *_numbered(directory)] if candidate.is_file()]
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -54,8 +54,11 @@ def plain_name(text: str) -> str:
 
 
 def check_no_run(run_dir: Path) -> None:
-    """FileExistsError if `run_dir` holds a run that has checkpointed (it is resumed, never started over)."""
-    if (Path(run_dir) / "checkpoints").exists():
+    """FileExistsError if `run_dir` holds a run that has checkpointed (it is resumed, never started over); a
+    start that failed before its first checkpoint (a full disk) may start again."""
+    from policyforge.algos import checkpoint
+
+    if checkpoint.files(run_dir):
         raise FileExistsError(
             f"{run_dir} already holds a run: resume it with `policyforge train --resume {run_dir}` "
             "or pick another name=..."

@@ -227,6 +227,11 @@ class Runner:
         lock = RunLock(run_dir)
         try:
             config = config_io.load(RunConfig, run_dir / CONFIG_FILE, overrides)
+            marker = run_files.read_marker(run_dir)
+            if marker is not None and not checkpoint.files(run_dir):  # stopped before its first checkpoint
+                (console or Console()).print(f"{run_dir} has no checkpoint yet: training it from the beginning")
+                return cls.start(dataclasses.replace(config, out_dir=str(run_dir.parent), name=run_dir.name),
+                                 console, marker.get("kind", "train"), lock)  # fmt: skip
             state = checkpoint.load(run_dir)
             runner = cls(config, run_dir, console, lock)
         except BaseException:

@@ -122,3 +122,16 @@ def test_a_checkpoint_or_config_write_that_fails_is_a_clear_error_and_loses_noth
     done = resume_with_file_size_limit(run_copy, None)
     assert done.returncode == 0, done.stdout + done.stderr
     assert learning_records(run_copy) == learning_records(finished_run)
+
+
+def test_a_run_that_never_checkpointed_is_trained_from_the_beginning_on_resume(
+    finished_run, run_copy, learning_records
+):
+    """A start whose first checkpoint could not be written (a full disk) leaves config, marker and metrics but no
+    checkpoint: `--resume` trains it from the beginning (it said "no checkpoint" while `train` said "resume it")."""
+    for path in (run_copy / "checkpoints").iterdir():
+        path.unlink()
+    done = resume_with_file_size_limit(run_copy, None)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "has no checkpoint yet: training it from the beginning" in done.stdout
+    assert learning_records(run_copy) == learning_records(finished_run)
