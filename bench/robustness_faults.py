@@ -314,14 +314,18 @@ def _train_under_limit(ctx: Ctx) -> Verdict:
 
 def _collect_under_limit(append: bool, ctx: Ctx) -> Verdict:
     root = ctx.copy("dataset", "data/reach") if append else ctx.work / "data" / "reach"
+    committed = episode_rows(root) if append else []
     if append:
-        ctx.protect(root / "data", root / "meta" / "episodes")
+        ctx.protect(root / "data")  # meta/episodes is rewritten by every commit: its rows are compared instead
     first = ctx.cli(*REACH, "--episodes", "4", "--out", root, fsize=6000)
     verdict = refused(first, *WRITE_FAILED)
     if verdict.cls != "clear_error":
         return verdict
     done = ctx.cli(*REACH, "--episodes", "2", "--out", root)
-    return _appended(ctx, root, done, ("data/reach",))
+    verdict = _appended(ctx, root, done, ("data/reach",))
+    if verdict.cls == "held" and episode_rows(root)[: len(committed)] != committed:
+        return Verdict("data_loss", "the episodes committed before the full disk are not all listed as they were")
+    return verdict
 
 
 for _append in (False, True):
