@@ -137,6 +137,9 @@ def _deploy_hostile(how: str, ctx: Ctx) -> Verdict:
     done, unsafe = deploy(ctx, policy, "--seconds", "2")
     if unsafe:
         return Verdict("silent", f"{unsafe} unsafe commands reached the motors (exit {done.returncode})")
+    if done.returncode == 0 and how == "huge" and done.names("±1 limits") and not done.traceback:
+        # finite, in-range, bang-bang actions: the filter clamps them (0 unsafe) and the run says how saturated
+        return Verdict("held", f"0 unsafe commands, saturation named ({final_mode(done)})")
     if done.returncode == 0:
         return Verdict("silent", f"exit 0 ({final_mode(done)}): the run does not say it failed")
     if done.returncode == 3 and not done.traceback:
@@ -202,6 +205,8 @@ def _export_poisoned(how: str, ctx: Ctx) -> Verdict:
         )
     done = ctx.cli("export", run, "--format", "onnx")
     exported = run / "export" / "policy.onnx"
+    if done.returncode == 0 and how == "huge" and done.names("±1 limits") and not done.traceback:
+        return Verdict("held", "exported (faithful: finite, in-range actions) with a warning naming the saturation")
     if done.returncode == 0:
         return Verdict("silent", f"exported ({done.last_line(60)})")
     verdict = refused(done, "nan", "finite", "weights", "saturat", "latest.pt")
@@ -212,7 +217,8 @@ def _export_poisoned(how: str, ctx: Ctx) -> Verdict:
 
 for _how, _what in (("nan", "NaN weights"), ("huge", "×1e6 weights")):
     _name = f"export a checkpoint with {_what}"
-    PROBES.append(variant(_name, "deploy", "clear_error", _export_poisoned, _how, needs=["run"]))
+    expected = "clear_error" if _how == "nan" else "clear_error or held"
+    PROBES.append(variant(_name, "deploy", expected, _export_poisoned, _how, needs=["run"]))
 
 
 @probe("deploy a run whose checkpoint is newer than its export", "deploy", "held", needs=("quad",))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import warnings
@@ -32,6 +33,30 @@ from policyforge.io import atomic_path
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.chunked import IMAGE_KEY
 from policyforge.policies.residual import BASE_ACTION_KEY, ResidualPolicy
+
+log = logging.getLogger(__name__)
+
+SATURATED_SHARE = 0.9
+"""A policy whose action entries sit at the ±1 limits this often is called saturated (bang-bang): weights far
+larger than training gives them, or observations far outside the normaliser's statistics. Trained policies here
+sit there 0-15% of the time (the shipped walking policy: 15%)."""
+
+
+def saturated_share(actions: np.ndarray) -> float:
+    """Share of the entries of actions [..., A] at the ±1 limits (|a| ≥ 0.999); 0 for no actions."""
+    actions = np.asarray(actions)
+    return float(np.mean(np.abs(actions) >= 0.999)) if actions.size else 0.0
+
+
+def saturation_warning(share: float, what: str) -> str | None:
+    """A warning naming `what` when `share` of its actions are saturated (see SATURATED_SHARE), else None."""
+    if share < SATURATED_SHARE:
+        return None
+    return (
+        f"{what}: {share:.0%} of the policy's actions are at the ±1 limits (bang-bang): its weights may be damaged "
+        "or scaled, or its observations far from training; on a robot the safety filter will clamp its steps"
+    )
+
 
 Format = Literal["onnx", "torchscript"]
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -158,6 +183,9 @@ def export_checked(
     expected = policy.act(obs).numpy()
     if not np.all(np.isfinite(expected)):
         raise ExportError(f"{what}{_not_finite(policy, expected)}; nothing was exported")
+    warning = saturation_warning(saturated_share(expected), f"{source or path} on observations like its training data")
+    if warning:
+        log.warning(warning)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.stem}.export-") as staging:
         staged = export(policy, Path(staging) / path.name, fmt, metadata)

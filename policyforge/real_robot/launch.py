@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from policyforge.config import ConfigError, check
-from policyforge.policies.export import run_checkpoint, stale_reason
+from policyforge.policies.export import run_checkpoint, saturated_share, saturation_warning, stale_reason
 from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter, read_description
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
@@ -242,6 +242,9 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> tuple[Lo
             safety = SafetyFilter(robot.spec, safety_config, getattr(adapter, "forward_kinematics", None))
             report = ControlLoop(robot, safety, policy, adapter, config.loop_config(rate, policy_rate)).run()
             final = robot.observe()
+        warning = saturation_warning(saturated_share(report.actions), f"{policy.path} on {config.robot}")
+        if warning:
+            say(f"warning: {warning}")
         if config.record is not None and report.policy_steps:
             _record(config.record, report, policy_rate, task)
         facts = {}

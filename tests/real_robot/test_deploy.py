@@ -284,6 +284,23 @@ def test_a_nan_checkpoint_is_not_exported_and_its_stale_export_never_runs(reach_
     assert "the policy's actions are not finite" in printed
 
 
+def test_a_policy_with_scaled_weights_is_exported_and_deployed_with_a_saturation_warning(reach_run, capsys, caplog):
+    """×1e6 weights: finite, in-range, bang-bang actions. The export is faithful and warns; on the robot the
+    safety filter clamps its steps (tests/real_robot/test_faults.py: nothing unsafe reaches the peer) and the
+    deploy says how saturated the policy was."""
+    save_new_checkpoint(reach_run, lambda weights: weights.mul_(1e6))
+    assert main(["export", str(reach_run), "--format", "onnx"]) == 0
+    assert "% of the policy's actions are at the ±1 limits (bang-bang)" in caplog.text
+    assert main(["deploy", str(reach_run), "--robot", "franka", "--peer", "sim", "--seconds", "1"]) in (0, 3)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "warning: " in printed and "% of the policy's actions are at the ±1 limits" in printed, printed
+
+
+def test_a_trained_policy_is_not_called_saturated(capsys):
+    assert main(["deploy", str(GO2_POLICY), "--robot", "go2", "--peer", "sim", "--seconds", "1"]) == 0
+    assert "±1 limits" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("described", ["shipped", "no-sha256", "torn"])
 def test_an_export_that_is_not_a_graph_is_refused_naming_the_file(tmp_path, capsys, described):
     garbage = tmp_path / "garbage.onnx"
