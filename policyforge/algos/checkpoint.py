@@ -108,9 +108,9 @@ def newest(path: Path) -> tuple[Path, dict[str, Any]]:
     path = Path(path)
     if not path.is_dir():
         return path, read(path)
-    candidates = files(path)
-    if not candidates:
+    if not files(path):
         raise CheckpointError(f"no checkpoint in {path}: expected checkpoints/{LATEST} (was the run started?)")
+    candidates = _candidates(path)  # a missing latest.pt is warned about too
     problems = []
     for candidate in candidates:
         try:
@@ -128,9 +128,13 @@ def newest(path: Path) -> tuple[Path, dict[str, Any]]:
 def files(path: Path) -> list[Path]:
     """The checkpoint files of a run or checkpoint directory, in the order `newest` tries them: latest.pt, then
     the numbered ones newest first ([] for a run that has not checkpointed)."""
-    path = Path(path)
+    return [candidate for candidate in _candidates(Path(path)) if candidate.is_file()]
+
+
+def _candidates(path: Path) -> list[Path]:
+    """latest.pt and the numbered checkpoints, newest first, of a run or checkpoint directory (existing or not)."""
     directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    return [candidate for candidate in [directory / LATEST, *_numbered(directory)] if candidate.is_file()]
+    return [directory / LATEST, *_numbered(directory)]
 
 
 def read(path: Path) -> dict[str, Any]:
