@@ -238,10 +238,14 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> tuple[Lo
             facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
             if config.robot == "go2":
                 _wait_for_facts(facts_path)
-        with robot:
+        # a simulated peer may start far slower than a robot answers (franky-sim: 2 s idle, tens loaded)
+        robot.connect(timeout=PEER_START_S) if config.peer else robot.connect()
+        try:
             safety = SafetyFilter(robot.spec, safety_config, getattr(adapter, "forward_kinematics", None))
             report = ControlLoop(robot, safety, policy, adapter, config.loop_config(rate, policy_rate)).run()
             final = robot.observe()
+        finally:
+            robot.disconnect()
         warning = saturation_warning(saturated_share(report.actions), f"{policy.path} on {config.robot}")
         if warning:
             say(f"warning: {warning}")

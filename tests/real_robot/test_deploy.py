@@ -50,8 +50,10 @@ def test_deploy_realtime_runs_the_loop_under_the_real_time_options(capsys):
         assert "sched_fifo" in row and "mlockall" in row, row
 
 
-def test_deploy_reaches_with_the_franka_peer():
-    config = DeployConfig(source=ASSETS / "arm-reach-policy.onnx", robot="franka", peer="sim", seconds=4.0)
+def test_deploy_reaches_with_the_franka_peer(peers_on_their_own_computer):
+    config = DeployConfig(
+        source=ASSETS / "arm-reach-policy.onnx", robot="franka", peer="sim", seconds=4.0, realtime=True
+    )
     scheduling = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.sched_getaffinity(0))
     report, facts = deploy(config)
     # libfranka's synchronous stop on disconnect raised this thread to SCHED_FIFO 99 and left it there

@@ -4,10 +4,7 @@ Cartesian mode, and the workspace box holds."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +15,7 @@ from policyforge.real_robot.launch import simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.robot import Command
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
-from tests.real_robot.conftest import ASSETS
+from tests.real_robot.conftest import ASSETS, robot_computer_for_the_peers
 
 PEER_START_S = 90.0
 """How long franky-sim may take to start and answer, s (generous: the machine may be loaded)."""
@@ -34,23 +31,11 @@ def franka(tmp_path_factory):
     with simulated_peer("franka", 0, tmp_path_factory.mktemp("franka") / "unused.json"):
         robot = Franka(FrankaConfig(mode="joint"))
         robot.connect(timeout=PEER_START_S)  # franky-sim starts in ~2 s idle, far slower on a loaded machine
-        robot_computer_for_the_peer()
+        robot_computer_for_the_peers()
         try:
             yield robot
         finally:
             robot.disconnect()
-
-
-def robot_computer_for_the_peer(priority: int = 90) -> None:
-    """Run franky-sim's threads (our child process) under SCHED_FIFO, above the loop's 80, where permitted: it
-    stands for the Franka's own controller, which a loaded machine would otherwise starve (its simulated arm then
-    lags and overshoots commands that a real Franka follows on its own computer)."""
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
-                continue
-            for task in os.listdir(f"/proc/{pid}/task"):
-                os.sched_setscheduler(int(task), os.SCHED_FIFO, os.sched_param(priority))
 
 
 def run_policy(robot, goal, cartesian, seconds=6.0, policy=None):
