@@ -200,12 +200,17 @@ def simulated_peer(
     finally:
         if killer is not None:
             killer.cancel()
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `grace` seconds; waits for it either way."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def read_facts(stats_path: Path) -> dict:

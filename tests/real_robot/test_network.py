@@ -16,7 +16,7 @@ import pytest
 
 from policyforge.config import ConfigError
 from policyforge.real_robot import dds, netbind
-from policyforge.real_robot.launch import free_domain_id
+from policyforge.real_robot.launch import free_domain_id, stop_process
 from policyforge.real_robot.peers.feetech_sim import FeetechBusPeer
 from tests.real_robot.sockets import BoundSocket, process_sockets
 
@@ -35,12 +35,7 @@ def running(command: list[str], **kwargs) -> Iterator[subprocess.Popen]:
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def sockets_once(pid: int, condition, timeout: float = 30.0) -> list[BoundSocket]:
