@@ -30,12 +30,12 @@ from policyforge.data.collect import collect
 
 CHUNK = {"n_obs_steps": 2, "horizon": 8, "act_steps": 4}
 VARIANTS = {
-    "gaussian": {"policy_class": "gaussian", "policy": {"hidden": [256, 256, 256], "init_std": 0.3}},
-    "diffusion_ddim10": {"policy_class": "diffusion", "diffusion": {"chunk": CHUNK, "inference_steps": 10}},
-    "flow_rf10": {"policy_class": "flow", "flow": {"chunk": CHUNK, "variant": "rectified", "steps": 10}},
-    "shortcut_1": {"policy_class": "flow", "flow": {"chunk": CHUNK, "variant": "shortcut", "steps": 1}},
-    "shortcut_4": {"policy_class": "flow", "flow": {"chunk": CHUNK, "variant": "shortcut", "steps": 4}},
-    "meanflow_1": {"policy_class": "flow", "flow": {"chunk": CHUNK, "variant": "meanflow", "steps": 1}},
+    "gaussian": {"class": "gaussian", "hidden": [256, 256, 256], "init_std": 0.3},
+    "diffusion_ddim10": {"class": "diffusion", "chunk": CHUNK, "inference_steps": 10},
+    "flow_rf10": {"class": "flow", "chunk": CHUNK, "variant": "rectified", "steps": 10},
+    "shortcut_1": {"class": "flow", "chunk": CHUNK, "variant": "shortcut", "steps": 1},
+    "shortcut_4": {"class": "flow", "chunk": CHUNK, "variant": "shortcut", "steps": 4},
+    "meanflow_1": {"class": "flow", "chunk": CHUNK, "variant": "meanflow", "steps": 1},
 }
 IMAGE_VARIANTS = ["flow_rf10"]
 IMAGE_CHUNK = {"n_obs_steps": 1, "horizon": 8, "act_steps": 4}
@@ -60,10 +60,8 @@ def train_and_evaluate(task: str, key: str, dataset: Path, args, out: Path, came
             "batch_size": 32 if cameras else 256,
         },
         "runner": {"eval_envs": args.eval_envs, "video": "none", "eval_every_steps": 0, "tensorboard": False},
-        **VARIANTS[key],
+        "policy": VARIANTS[key] | ({"chunk": IMAGE_CHUNK} if cameras else {}),
     }
-    if cameras:
-        settings[settings["policy_class"]] = {**settings[settings["policy_class"]], "chunk": IMAGE_CHUNK}
     config = from_dict(RunConfig, settings)
     lock = run_files.reclaim(config.run_dir, "bench")  # a previous run of this benchmark; refuses anything else
     runner = Runner.start(config, Console(quiet=True), "bench", lock)

@@ -155,7 +155,7 @@ def _user_copy(ctx: Ctx) -> Verdict:
 
 
 BC = ["sim.task=arm-reach", "bc.gradient_steps=20", "bc.steps_per_iteration=10", "bc.warmup_steps=2",
-      "bc.batch_size=8", "flow.denoiser.hidden=[32,32]", "flow.steps=2", "runner.eval_envs=1",
+      "bc.batch_size=8", "policy.denoiser.hidden=[32,32]", "policy.steps=2", "runner.eval_envs=1",
       "runner.eval_every_steps=0", "runner.video=none", "runner.tensorboard=false", "out_dir=runs",
       "name=bc"]  # fmt: skip
 """A few gradient steps of flow BC on the arm-reach dataset fixture."""

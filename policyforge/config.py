@@ -2,7 +2,8 @@
 
 Every config is a dataclass with a docstring under each field. `from_dict` converts and checks a plain
 mapping against the dataclass' type hints; a wrong key, a wrong type or an impossible value raises
-`ConfigError` naming the field's dotted path and what is allowed.
+`ConfigError` naming the field's dotted path and what is allowed. A field typed with a `Tagged` family (the
+run config's `policy`) holds whichever registered dataclass its `class:` key names.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
 
@@ -117,12 +118,30 @@ def _show(value: float) -> str:
     return repr(value)
 
 
+TAG_KEY = "class"
+"""The key that names a tagged section's dataclass."""
+
+
+class Tagged:
+    """Base of a family of config dataclasses that share one config field, told apart by a `class:` key
+    (`policy: {class: flow, steps: 10}`); each member registers under its tag in the family's `registry`. The keys
+    of another member are unknown keys, so a section written for one class cannot silently configure another."""
+
+    registry: ClassVar[dict[str, type[Tagged]]]
+    """Members by tag (declared by the family's base class)."""
+    tag: ClassVar[str] = ""
+    """The member's name (its `class:`)."""
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
     """Build dataclass `cls` from `data`, converting and checking every field recursively."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(path, f"expected a mapping of {cls.__name__} fields, got {data!r}")
+    upgrade = getattr(cls, "upgrade", None)
+    if upgrade is not None:  # a dataclass that reads an older layout of its section
+        data = upgrade(dict(data))
     hints = _type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
@@ -130,7 +149,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T
         key_path = _join(path, str(key))
         if key not in fields:
             raise ConfigError(key_path, f"unknown key{_did_you_mean(str(key), fields)}; allowed: {', '.join(fields)}")
-        kwargs[key] = _convert(value, hints[key], key_path)
+        tp = hints[key]
+        if _is_family(tp) and isinstance(value, Mapping) and TAG_KEY not in value:
+            value = {TAG_KEY: _default_tag(fields[key]), **value}
+        kwargs[key] = _convert(value, tp, key_path)
     try:
         return cls(**kwargs)
     except ConfigError as err:
@@ -139,6 +161,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T
 
 def to_dict(config: Any) -> Any:
     """Plain YAML-safe data (dicts, lists, scalars) from a config dataclass."""
+    if isinstance(config, Tagged):
+        return {TAG_KEY: config.tag, **{f.name: to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}}
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return {f.name: to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
     if isinstance(config, list | tuple):
@@ -254,6 +278,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         return value
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
+    if _is_family(tp):
+        return _convert_tagged(value, tp, path)
     if origin is Literal:
         if value not in args:
             raise ConfigError(path, f"got {value!r}; allowed: {', '.join(map(repr, args))}")
@@ -293,6 +319,30 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(path, f"expected a mapping, got {value!r}")
         return {str(k): _convert(v, args[1], _join(path, str(k))) for k, v in value.items()}
     raise ConfigError(path, f"unsupported config type {_type_name(tp)}")
+
+
+def _is_family(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, Tagged) and not dataclasses.is_dataclass(tp)
+
+
+def _default_tag(field: dataclasses.Field) -> str:
+    """The tag of a tagged field's default (what a section without `class:` means)."""
+    factory = field.default_factory
+    default = factory() if factory is not dataclasses.MISSING else field.default
+    return getattr(default, "tag", "")
+
+
+def _convert_tagged(value: Any, family: type[Tagged], path: str) -> Tagged:
+    """The family member that `value`'s `class:` names, filled from the rest of `value`."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, f"expected a mapping with a `{TAG_KEY}:` key, got {value!r}")
+    tag = value.get(TAG_KEY)
+    if tag not in family.registry:
+        known = ", ".join(family.registry)
+        hint = _did_you_mean(str(tag), family.registry) if isinstance(tag, str) else ""
+        raise ConfigError(_join(path, TAG_KEY), f"got {tag!r}{hint}; allowed: {known}")
+    member = family.registry[tag]
+    return from_dict(member, {k: v for k, v in value.items() if k != TAG_KEY}, path)
 
 
 FLOAT32_MAX = 3.4028234663852886e38

@@ -95,8 +95,11 @@ def test_exponent_floats_without_a_dot_are_numbers():
         ("seed=4294967295", r"^seed: must be in \[0, 4293967292\]"),
         ("ppo.minibatches=5000", r"^ppo.minibatches: must be in \[1, sim.num_envs × ppo.rollout_steps=2048\]"),
         ("bc.steps_per_iteration=30000", r"^bc.steps_per_iteration: must be in \[1, gradient_steps=20000\]"),
-        ("diffusion.denoiser.groups=0", r"^diffusion.denoiser.groups: must be ≥ 1, got 0$"),
-        ("flow.encoder.image_channels=12", r"^flow.encoder.image_channels: must be a multiple of 8, got 12$"),
+        ("policy={class: diffusion, denoiser: {groups: 0}}", r"^policy.denoiser.groups: must be ≥ 1, got 0$"),
+        (
+            "policy={class: flow, encoder: {image_channels: 12}}",
+            r"^policy.encoder.image_channels: must be a multiple of 8, got 12$",
+        ),
         ("sac.critic_obs_key=critc", r"^sac.critic_obs_key: must be 'critic' \(privileged\) or 'policy', got 'critc'$"),
         ("sim.device=gpu", r"^sim.device: not a torch device: 'gpu'; e.g. cpu, cuda, cuda:1$"),
     ],

@@ -30,7 +30,8 @@ from rich.console import Console
 
 from policyforge.algos import runner as runner_module
 from policyforge.algos.runner import RunConfig, Runner
-from policyforge.config import ConfigError, from_dict
+from policyforge.config import ConfigError, Tagged, from_dict
+from policyforge.policies.base import PolicyConfig
 from policyforge.sims.tasks import TASKS
 from policyforge.tour import TourConfig
 
@@ -54,6 +55,8 @@ class Leaf:
     root: type = RunConfig
     task: str = "pendulum-swingup"
     """The sim.task whose options hold it (task options), else the base task."""
+    policy: str = ""
+    """The policy class whose section holds it (paths under `policy.`)."""
 
     @property
     def name(self) -> str:
@@ -77,19 +80,25 @@ def _kind(tp: Any) -> str | None:
 
 
 def numeric_fields(cls: type, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
-    """(dotted path, kind, default) of every numeric field of dataclass `cls`, recursively."""
+    """(dotted path, kind, default) of every numeric field of dataclass `cls`, recursively (a tagged section, a
+    residual's `base`, by its default's class)."""
     hints, instance = typing.get_type_hints(cls), cls()
     for field in dataclasses.fields(cls):
         tp = hints[field.name]
-        if dataclasses.is_dataclass(tp):
-            yield from numeric_fields(tp, f"{prefix}{field.name}.")
+        if dataclasses.is_dataclass(tp) or isinstance(getattr(instance, field.name), Tagged):
+            yield from numeric_fields(type(getattr(instance, field.name)), f"{prefix}{field.name}.")
         elif kind := _kind(tp):
             yield f"{prefix}{field.name}", kind, getattr(instance, field.name)
 
 
 def all_leaves() -> list[Leaf]:
-    """RunConfig's numeric fields, every task's options (under sim.task_options) and TourConfig's."""
+    """RunConfig's numeric fields, every policy class's (under policy), every task's options (under
+    sim.task_options) and TourConfig's."""
     leaves = [Leaf(path, kind, default) for path, kind, default in numeric_fields(RunConfig)]
+    leaves = [leaf for leaf in leaves if not leaf.path.startswith("policy.")]  # the default class's; all below
+    for name, policy_config in PolicyConfig.registry.items():
+        for path, kind, default in numeric_fields(policy_config, "policy."):
+            leaves.append(Leaf(path, kind, default, policy=name))
     for name, task in TASKS.items():
         for path, kind, default in numeric_fields(task.config_class, "sim.task_options."):
             leaves.append(Leaf(path, kind, default, task=name))
@@ -104,12 +113,20 @@ LEAVES = all_leaves()
 
 TINY_NET = {"hidden": [16]}
 CHUNKED = {"chunk": {"horizon": 2, "act_steps": 2}, "denoiser": {"hidden": [16], "time_dim": 8}}
+RESIDUAL_BASE_DIFFUSION = {"class": "diffusion", **CHUNKED, "train_timesteps": 10, "inference_steps": 3}
+POLICIES: dict[str, dict[str, Any]] = {
+    "gaussian": {"class": "gaussian", **TINY_NET},
+    "diffusion": RESIDUAL_BASE_DIFFUSION,
+    "flow": {"class": "flow", **CHUNKED, "steps": 3, "noise_hidden": [16]},
+    "residual": {"class": "residual", "hidden": [16], "base": RESIDUAL_BASE_DIFFUSION},
+}
+"""Each policy class's small section."""
 BASES: dict[str, dict[str, Any]] = {
-    "ppo-gaussian": {"algo": "ppo", "policy_class": "gaussian"},
-    "ppo-diffusion": {"algo": "ppo", "policy_class": "diffusion"},
+    "ppo-gaussian": {"algo": "ppo", "policy": POLICIES["gaussian"]},
+    "ppo-diffusion": {"algo": "ppo", "policy": POLICIES["diffusion"]},
     "ppo-dppo": {
         "algo": "ppo",
-        "policy_class": "diffusion",
+        "policy": POLICIES["diffusion"],
         "ppo": {
             "ratio": "per_step",
             "trainable_steps": 2,
@@ -119,25 +136,21 @@ BASES: dict[str, dict[str, Any]] = {
             "bc_coef": 0.1,
         },
     },
-    "ppo-flow": {"algo": "ppo", "policy_class": "flow", "ppo": {"entropy_coef": 0.01}},
+    "ppo-flow": {"algo": "ppo", "policy": POLICIES["flow"], "ppo": {"entropy_coef": 0.01}},
     "ppo-flow-grpo": {
         "algo": "ppo",
-        "policy_class": "flow",
-        "flow": {"chain_noise": "sde", "stochastic_steps": "one"},
+        "policy": {**POLICIES["flow"], "chain_noise": "sde", "stochastic_steps": "one"},
         "ppo": {"advantage": "grpo", "group_size": 2, "rollout_steps": 8},
     },
-    "ppo-residual": {"algo": "ppo", "policy_class": "residual", "residual": {"hidden": [16]}},
-    "sac": {"algo": "sac", "policy": {"squash": True, "state_dependent_std": True}},
-    "bc-gaussian": {"algo": "bc", "policy_class": "gaussian"},
-    "bc-diffusion": {"algo": "bc", "policy_class": "diffusion"},
-    "bc-flow": {"algo": "bc", "policy_class": "flow", "flow": {"variant": "shortcut"}},
+    "ppo-residual": {"algo": "ppo", "policy": POLICIES["residual"]},
+    "sac": {"algo": "sac", "policy": {**POLICIES["gaussian"], "squash": True, "state_dependent_std": True}},
+    "bc-gaussian": {"algo": "bc", "policy": POLICIES["gaussian"]},
+    "bc-diffusion": {"algo": "bc", "policy": POLICIES["diffusion"]},
+    "bc-flow": {"algo": "bc", "policy": {**POLICIES["flow"], "variant": "shortcut"}},
 }
 """Algorithm × policy-class combinations, each cheap: pendulum-swingup, 2 envs, 16-unit networks, a few steps."""
 COMMON: dict[str, Any] = {
     "sim": {"task": "pendulum-swingup", "num_envs": 2, "task_options": {"episode_seconds": 0.5}},
-    "policy": TINY_NET,
-    "diffusion": {**CHUNKED, "train_timesteps": 10, "inference_steps": 3},
-    "flow": {**CHUNKED, "steps": 3, "noise_hidden": [16]},
     "ppo": {"rollout_steps": 4, "epochs": 2, "minibatches": 2, "critic_hidden": [16]},
     "sac": {
         "buffer_size": 1000,
@@ -185,11 +198,7 @@ def base_config(base: str, leaf: Leaf, resources: dict[str, str] | None = None) 
     config["bc"]["dataset"] = resources.get("dataset", "data/pendulum-swingup")
     if base == "ppo-residual":
         config["init_policy"] = resources.get("residual_base", "runs/base")
-        config["diffusion"] = copy.deepcopy(RESIDUAL_BASE_DIFFUSION)
     return config
-
-
-RESIDUAL_BASE_DIFFUSION = {**CHUNKED, "train_timesteps": 10, "inference_steps": 3}
 
 
 def bases_for(leaf: Leaf) -> list[str]:
@@ -199,14 +208,18 @@ def bases_for(leaf: Leaf) -> list[str]:
         return ["tour"]
     if leaf.task != "pendulum-swingup":
         return ["ppo-gaussian"]
+    by_policy = {
+        "gaussian": ["ppo-gaussian", "sac", "bc-gaussian"],
+        "diffusion": ["ppo-diffusion", "ppo-dppo", "bc-diffusion"],
+        "flow": ["ppo-flow", "ppo-flow-grpo", "bc-flow"],
+        "residual": ["ppo-residual"],
+    }
+    if leaf.policy:
+        return by_policy[leaf.policy]
     by_section = {
         "sac": ["sac"],
         "bc": ["bc-gaussian", "bc-diffusion", "bc-flow"],
         "ppo": ["ppo-gaussian", "ppo-diffusion", "ppo-dppo", "ppo-flow", "ppo-flow-grpo", "ppo-residual"],
-        "policy": ["ppo-gaussian", "sac", "bc-gaussian"],
-        "diffusion": ["ppo-diffusion", "ppo-dppo", "bc-diffusion"],
-        "flow": ["ppo-flow", "ppo-flow-grpo", "bc-flow"],
-        "residual": ["ppo-residual"],
     }
     return by_section.get(section, list(BASES))
 
@@ -313,7 +326,9 @@ def hostile_loads(leaf: Leaf, value: Any, base: str) -> None:
     assert not never_valid or isinstance(outcome, ConfigError), f"{leaf.path}={value!r} ({base}) was accepted"
 
 
-@pytest.mark.parametrize("leaf", LEAVES, ids=lambda leaf: f"{leaf.root.__name__}.{leaf.path}@{leaf.task}")
+@pytest.mark.parametrize(
+    "leaf", LEAVES, ids=lambda leaf: f"{leaf.root.__name__}.{leaf.path}@{leaf.policy or leaf.task}"
+)
 def test_every_hostile_value_is_refused_naming_the_field_or_loads(leaf):
     """Values no field can use are refused; other hostile values are refused naming the field, or load."""
     for base in bases_for(leaf):
@@ -344,8 +359,8 @@ def resources(tmp_path_factory) -> dict[str, str]:
     runner_module.plot_learning_curves = _no_plot  # restored below; the plots are not what is tested here
     paths = {"out": str(out)}
     for name, extra in (
-        ("expert", {}),
-        ("residual-base", {"policy_class": "diffusion", "diffusion": RESIDUAL_BASE_DIFFUSION}),
+        ("expert", {"policy": POLICIES["gaussian"]}),
+        ("residual-base", {"policy": RESIDUAL_BASE_DIFFUSION}),
     ):
         config = _merge(COMMON, {"name": name, "out_dir": str(out), **extra})
         runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))

@@ -12,19 +12,22 @@ from __future__ import annotations
 import copy
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from diffusers.optimization import get_cosine_schedule_with_warmup
 
 from policyforge.algos.base import Algorithm, StepCallback
+from policyforge.algos.registry import AlgorithmEntry, register_algorithm
 from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.data.layout import ACTION, STATE
-from policyforge.policies.base import Obs, Policy
-from policyforge.policies.chunked import IMAGE_KEY
+from policyforge.policies.base import IMAGE_KEY, Obs, Policy
 from policyforge.sims.vec_env import VecEnv
+
+if TYPE_CHECKING:
+    from policyforge.algos.runner import RunConfig
 
 MAX_BATCH_SIZE = 65_536
 """Most windows per gradient step (Diffusion Policy trains with 64-256); more is a typo that fails to allocate."""
@@ -226,11 +229,20 @@ def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[
 
 def demo_windows(policy: Policy, demos: Demonstrations, config: BCConfig, cameras: list[str]) -> DemoWindows:
     """Training windows shaped for `policy` (its history length and chunk)."""
-    history = getattr(policy, "n_obs_steps", 0)
     try:
-        windows = DemoWindows(demos, policy.obs_key, history, policy.chunk_len, cameras, config.max_episodes)
+        windows = DemoWindows(demos, policy.obs_key, policy.n_obs_steps, policy.chunk_len, cameras, config.max_episodes)
     except DatasetError as err:  # e.g. a video that does not decode
         raise ConfigError("bc.dataset", str(err)) from None
     if len(windows) == 0:
         raise ConfigError("bc.dataset", f"{config.dataset} has no frames")
     return windows
+
+
+def construct_bc(config: RunConfig, env: VecEnv, policy: Policy) -> BC:
+    """Behaviour cloning of the run's dataset (checked against the env it is evaluated in)."""
+    cameras = config.sim.image.cameras
+    demos = load_demonstrations(config.bc, config.sim.task, env, cameras)
+    return BC(policy, demo_windows(policy, demos, config.bc, cameras), config.bc)
+
+
+register_algorithm("bc", AlgorithmEntry(construct_bc))

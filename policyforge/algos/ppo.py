@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -26,11 +26,14 @@ from policyforge.algos.base import Algorithm, StepCallback, select
 from policyforge.algos.gae import gae, group_relative_advantages
 from policyforge.algos.normalization import ReturnScaler
 from policyforge.algos.ppo_config import PPOConfig
-from policyforge.config import check
+from policyforge.algos.registry import AlgorithmEntry, register_algorithm
+from policyforge.config import ConfigError, check, check_in
 from policyforge.policies.base import Chain, Obs, Policy
 from policyforge.policies.critics import ValueFunction
-from policyforge.policies.rollout import history_for
 from policyforge.sims.vec_env import VecEnv
+
+if TYPE_CHECKING:
+    from policyforge.algos.runner import RunConfig
 
 
 class PPO(Algorithm):
@@ -38,9 +41,9 @@ class PPO(Algorithm):
 
     def __init__(self, policy: Policy, critic_obs_dim: int, num_envs: int, config: PPOConfig, total_iterations: int):
         self.policy, self.config = policy, config
-        self.act_steps = getattr(policy, "act_steps", policy.chunk_len)
+        self.act_steps = policy.act_steps
         """Env steps per decision: the executed part of each action chunk."""
-        self.history = history_for(policy, num_envs)
+        self.history = policy.input_state(num_envs)
         self.critic = ValueFunction(
             critic_obs_dim, config.critic_hidden, config.critic_activation, config.critic_obs_key
         )
@@ -315,3 +318,40 @@ def _take(chain: Chain, index: Any) -> Chain:
 
 def _chunks(size: int, chunk: int) -> list[slice]:
     return [slice(i, min(i + chunk, size)) for i in range(0, size, chunk)]
+
+
+def construct_ppo(config: RunConfig, env: VecEnv, policy: Policy) -> PPO:
+    """PPO for `policy` in `env`, its learning-rate schedule spanning runner.total_env_steps."""
+    steps_per_iteration = env.num_envs * config.ppo.rollout_steps * policy.act_steps
+    iterations = math.ceil(config.runner.total_env_steps / steps_per_iteration)
+    critic_dim = env.obs_shapes[config.ppo.critic_obs_key][0]
+    return PPO(policy, critic_dim, env.num_envs, config.ppo, iterations)
+
+
+def train_only_last_steps(config: RunConfig, policy: Policy) -> None:
+    """`ppo.trainable_steps`: the earlier steps of the policy's chain run a frozen copy (DPPO's K')."""
+    if config.ppo.trainable_steps is not None:
+        try:
+            policy.train_only_last_steps(config.ppo.trainable_steps)
+        except ValueError as err:
+            raise ConfigError("ppo.trainable_steps", str(err)) from None
+
+
+def check_run(config: RunConfig) -> None:
+    """Settings of the policy section that PPO's rescoring, minibatches or trainable steps rule out."""
+    ppo, decisions = config.ppo, config.sim.num_envs * config.ppo.rollout_steps
+    check_in(ppo.minibatches, "ppo.minibatches", f"[1, sim.num_envs × ppo.rollout_steps={decisions}]")
+    try:
+        config.policy.check_for_rl()
+    except ConfigError as err:
+        raise ConfigError(f"policy.{err.path}", err.reason) from None
+    if ppo.trainable_steps is not None:
+        steps, field = config.policy.chain_steps(), config.policy.steps_field
+        if not field:
+            why = f"a {config.policy.tag} policy's chain has a single stochastic step; null: every step"
+            check_in(ppo.trainable_steps, "ppo.trainable_steps", "[1, 1]", why)
+        else:
+            check_in(ppo.trainable_steps, "ppo.trainable_steps", f"[1, policy.{field}={steps}]", "or null: every step")
+
+
+register_algorithm("ppo", AlgorithmEntry(construct_ppo, train_only_last_steps, check_run))

@@ -1,6 +1,6 @@
 """The training runner: rollout → update iterations, logging, evaluation with videos, atomic checkpoints,
 exact resumption (from the newest intact checkpoint), plots; one process trains a run at a time (a run lock).
-`policyforge train` and `policyforge demo` drive it."""
+`policyforge train` and `policyforge demo` drive it. The run's config is `run_config.RunConfig`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import random
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,129 +17,19 @@ from rich.console import Console
 from policyforge import config as config_io
 from policyforge.algos import checkpoint, run_files
 from policyforge.algos.base import StepCallback
-from policyforge.algos.bc import BCConfig
 from policyforge.algos.build import build, build_policy
 from policyforge.algos.evaluate import evaluate
 from policyforge.algos.init_policy import load_initial_policy
 from policyforge.algos.logger import MetricsLogger, ProgressDisplay
 from policyforge.algos.plots import plot_learning_curves
-from policyforge.algos.ppo import PPOConfig
-from policyforge.algos.run_checks import check_sections
+from policyforge.algos.run_config import CONFIG_FILE, EVAL_SEED_OFFSET, RunConfig, RunnerConfig  # noqa: F401
 from policyforge.algos.run_files import RunKind
 from policyforge.algos.run_lock import RunLock
-from policyforge.algos.sac import SACConfig
-from policyforge.config import check, check_in, check_seed
 from policyforge.errors import DISK_FULL, UserError
-from policyforge.io import atomic_path, is_plain_name, write_json
+from policyforge.io import atomic_path, write_json
 from policyforge.policies.base import Policy
-from policyforge.policies.diffusion import DiffusionConfig
-from policyforge.policies.flow import FlowConfig
-from policyforge.policies.gaussian import GaussianConfig
-from policyforge.policies.residual import ResidualConfig
-from policyforge.sims import SimConfig, make_env
-from policyforge.sims.config import MAX_ENVS, MAX_THREADS
+from policyforge.sims import make_env
 from policyforge.sims.vec_env import VecEnv
-
-CONFIG_FILE = "config.yaml"
-EVAL_SEED_OFFSET = 1_000_003
-
-
-@dataclasses.dataclass
-class RunnerConfig:
-    """Length of the run, and how often to evaluate, film and checkpoint."""
-
-    total_env_steps: int = 1_000_000
-    """Environment steps (summed over envs) to train for."""
-    eval_every_steps: int = 0
-    """Evaluate every this many environment steps (0: only at the end)."""
-    eval_envs: int = 16
-    """Evaluation environments; each contributes its first deterministic episode."""
-    video: Literal["none", "final", "every_eval"] = "final"
-    """Film the final evaluation, every evaluation, or none (MP4s under videos/)."""
-    video_camera: str | None = None
-    """Camera to film (null: the task's first camera)."""
-    checkpoint_every: int = 10
-    """Checkpoint every this many iterations (and at the end)."""
-    keep_checkpoints: int = 3
-    """Numbered checkpoints to keep besides latest.pt."""
-    torch_threads: int = 1
-    """torch intra-op threads (1 is fastest beside a busy simulator on few cores)."""
-    tensorboard: bool = True
-    """Write TensorBoard event files under tensorboard/."""
-
-    def __post_init__(self) -> None:
-        check_in(self.total_env_steps, "total_env_steps", "[1, inf)")
-        check_in(self.eval_every_steps, "eval_every_steps", "[0, inf)", "0: only at the end")
-        check_in(self.eval_envs, "eval_envs", f"[1, {MAX_ENVS}]")
-        check_in(self.checkpoint_every, "checkpoint_every", "[1, inf)")
-        check_in(self.keep_checkpoints, "keep_checkpoints", "[1, inf)")
-        check_in(self.torch_threads, "torch_threads", f"[1, {MAX_THREADS}]")
-
-
-@dataclasses.dataclass
-class RunConfig:
-    """A training run: simulation, policy, algorithm and runner settings."""
-
-    name: str = ""
-    """Run name, one plain path component (letters, digits, '.', '_', '-'); the run directory is out_dir/name
-    (default: <task>-<algo>)."""
-    out_dir: str = "runs"
-    """Parent directory of run directories (any path)."""
-    seed: int = 0
-    """Seed of networks, sampling and environments."""
-    algo: Literal["ppo", "sac", "bc"] = "ppo"
-    """Algorithm: `ppo`, `sac` or `bc` (behaviour cloning); its section below is used."""
-    sim: SimConfig = dataclasses.field(default_factory=SimConfig)
-    """Simulation."""
-    policy_class: Literal["gaussian", "diffusion", "flow", "residual"] = "gaussian"
-    """Policy class; its section is used: `policy` (Gaussian), `diffusion`, `flow`, or `residual` (a Gaussian
-    residual on a frozen base of class residual.base_class, described by that class's section)."""
-    policy: GaussianConfig = dataclasses.field(default_factory=GaussianConfig)
-    """Gaussian policy network (policy_class: gaussian)."""
-    diffusion: DiffusionConfig = dataclasses.field(default_factory=DiffusionConfig)
-    """Diffusion policy (policy_class: diffusion)."""
-    flow: FlowConfig = dataclasses.field(default_factory=FlowConfig)
-    """Flow-matching policy (policy_class: flow)."""
-    residual: ResidualConfig = dataclasses.field(default_factory=ResidualConfig)
-    """Residual policy (policy_class: residual)."""
-    bc: BCConfig = dataclasses.field(default_factory=BCConfig)
-    """Behaviour cloning settings (algo: bc)."""
-    init_policy: str = ""
-    """Start from the policy of this run directory (its latest checkpoint) or checkpoint file, e.g. a BC run to
-    fine-tune with PPO; the policy sections must describe the same architecture. With policy_class: residual,
-    the base policy's weights (required)."""
-    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
-    """PPO settings (algo: ppo)."""
-    sac: SACConfig = dataclasses.field(default_factory=SACConfig)
-    """SAC settings (algo: sac)."""
-    runner: RunnerConfig = dataclasses.field(default_factory=RunnerConfig)
-    """Run length, evaluation, checkpoints."""
-
-    def __post_init__(self) -> None:
-        check(not self.name or is_plain_name(self.name), "name", run_files.plain_name_message(self.name))
-        check_seed(self.seed, "seed", EVAL_SEED_OFFSET)
-        check_sections(self)
-        if self.algo == "sac":
-            check(self.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
-        if self.ppo.update_policy_normalizer is None:  # a residual's own statistics start empty; its base's stay
-            self.ppo.update_policy_normalizer = not self.init_policy or self.policy_class == "residual"
-        if self.policy_class == "residual":
-            check(
-                bool(self.init_policy),
-                "init_policy",
-                "a residual policy needs its base's weights: set init_policy to the base's run directory",
-            )
-        if self.algo == "sac":
-            check(
-                self.policy_class == "gaussian",
-                "policy_class",
-                f"SAC trains Gaussian policies; train a {self.policy_class} policy with algo: bc or ppo",
-            )
-
-    @property
-    def run_dir(self) -> Path:
-        """out_dir/name; the default name is the task's (any character a name may not hold becomes '-')."""
-        return Path(self.out_dir) / (self.name or run_files.plain_name(f"{self.sim.task}-{self.algo}"))
 
 
 class RunFinishedError(UserError):

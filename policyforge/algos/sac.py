@@ -6,17 +6,21 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from policyforge.algos.base import Algorithm, StepCallback, select
+from policyforge.algos.registry import AlgorithmEntry, register_algorithm
 from policyforge.algos.replay import ReplayBuffer
 from policyforge.config import check, check_in, check_sizes
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.critics import TwinQ
 from policyforge.policies.networks import MAX_WIDTH, Activation
 from policyforge.sims.vec_env import VecEnv
+
+if TYPE_CHECKING:
+    from policyforge.algos.runner import RunConfig
 
 MAX_BUFFER_SIZE = 2**30
 """Most replay transitions: the buffer is allocated up front and every transition holds two observations, so 2^30
@@ -201,3 +205,19 @@ class SAC(Algorithm):
             optimizer.load_state_dict(saved)
         self.replay.load_state_dict(state["replay"])
         self.transitions, self.updates, self._update_credit = state["counters"]
+
+
+def construct_sac(config: RunConfig, env: VecEnv, policy: Policy) -> SAC:
+    """SAC for `policy` in `env`."""
+    return SAC(policy, env.obs_shapes, config.sac)
+
+
+def check_run(config: RunConfig) -> None:
+    """SAC backpropagates through reparameterised, tanh-squashed Gaussian samples."""
+    kind = config.policy.tag
+    why = f"SAC trains Gaussian policies; train a {kind} policy with algo: bc or ppo"
+    check(kind == "gaussian", "policy.class", why)
+    check(config.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
+
+
+register_algorithm("sac", AlgorithmEntry(construct_sac, check=check_run))

@@ -7,6 +7,18 @@
     act(obs) -> action [B, H, A]          the deterministic path: the same code as `sample` with noise off
     bc_loss(obs, actions [B, H, A])       the model's own supervised loss
 
+and the rollout half, which is all an algorithm, evaluation, export or deployment may know of a policy:
+
+    obs_keys                              the observation keys `act` reads (state, image, base action, ...)
+    chunk_len, act_steps                  H actions per decision, of which the first act_steps are executed
+    n_obs_steps                           T_o, observations of history per input (0: no history axis)
+    input_state(num_envs)                 the per-env state kept between decisions (histories, caches)
+    train_only_last_steps(k)              RL trains the last k stochastic steps of the chain (DPPO's K')
+    load_pretrained(weights)              start from another run's weights (`init_policy`)
+
+A policy class registers its config with `register_policy` (the run config's `policy: {class: NAME, ...}`
+section); the config builds the policy for an env (`PolicyConfig.build`).
+
 H is the action-chunk length (1 for single actions); actions are in [-1, 1]. The chain is a tensor or a dict of
 tensors, batch first. Per-step, per-element log-densities let PPO score only the executed part of a chunk and
 give each denoising step its own ratio (DPPO). Observations are the VecEnv's
@@ -18,12 +30,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
 
+from policyforge.config import Tagged
+from policyforge.policies.history import InputState, ObservationHistory
+
 Obs = dict[str, torch.Tensor]
+IMAGE_KEY = "image"
+"""Observation key of camera images [N, V, Hi, Wi, 3] uint8 (V cameras)."""
 Chain = torch.Tensor | dict[str, torch.Tensor]
 """A policy's stochastic chain: a tensor or a dict of tensors, batch first."""
 
@@ -49,6 +67,10 @@ class Policy(nn.Module, abc.ABC):
     """A."""
     chunk_len: int = 1
     """H, actions per decision."""
+    act_steps: int = 1
+    """Actions of each chunk executed before the policy decides again (≤ chunk_len)."""
+    n_obs_steps: int = 0
+    """T_o, observations in each input's history axis ([B, T_o, ...]); 0: no history axis ([B, ...])."""
     export_tolerance: float = 1e-5
     """Largest |exported − act| accepted when an export is checked."""
 
@@ -82,6 +104,99 @@ class Policy(nn.Module, abc.ABC):
     def example_obs(self, batch: int) -> Obs:
         """Zero observations of the shapes and dtypes `act` reads (export traces with them)."""
 
+    @property
+    def obs_keys(self) -> tuple[str, ...]:
+        """The observation keys `act` reads, in the order of the exported graph's inputs."""
+        return (self.obs_key,)
+
+    def input_state(self, num_envs: int) -> InputState:
+        """The per-env state that turns each env step's observations into this policy's inputs (by default the
+        history of `obs_keys`, T_o = n_obs_steps; none without a history axis)."""
+        return ObservationHistory(self.obs_keys, self.n_obs_steps, num_envs)
+
+    def train_only_last_steps(self, count: int) -> None:
+        """Let RL train only the last `count` stochastic steps of the chain; the earlier ones run a frozen copy of
+        the current weights. Raises ValueError when the policy cannot (a single stochastic step)."""
+        raise ValueError(f"a {type(self).__name__} has a single stochastic step: remove the setting (null)")
+
+    def load_pretrained(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Start from a pre-trained policy's weights (a state dict). Raises ValueError naming the keys when they
+        describe another architecture."""
+        load_matching(self, weights)
+
     def export_spec(self) -> dict[str, Any]:
         """Input/output description stored beside exported graphs."""
-        return {"obs_key": self.obs_key, "action_dim": self.action_dim, "chunk_len": self.chunk_len}
+        return {
+            "obs_key": self.obs_key,
+            "action_dim": self.action_dim,
+            "chunk_len": self.chunk_len,
+            "act_steps": self.act_steps,
+            "n_obs_steps": self.n_obs_steps,
+        }
+
+
+def load_matching(module: nn.Module, weights: Mapping[str, torch.Tensor], optional: tuple[str, ...] = ()) -> None:
+    """Load `weights` into `module`, all keys matching except those starting with `optional` (modules only
+    fine-tuning adds, which a pre-trained policy may lack or carry); ValueError naming the keys otherwise."""
+    own = module.state_dict()
+    weights = {k: v for k, v in weights.items() if k in own or not k.startswith(optional)}
+    try:
+        missing, unexpected = module.load_state_dict(weights, strict=False)
+    except RuntimeError as err:  # shapes differ
+        raise ValueError(str(err).split("\n\t")[-1].strip()) from None
+    mismatched = [k for k in missing if not k.startswith(optional)] + unexpected
+    if mismatched:
+        raise ValueError(f"keys {mismatched[:4]} do not match")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What a policy is built for: the env's observations and actions."""
+
+    obs_shapes: Mapping[str, tuple[int, ...]]
+    """Shape of each observation key without the env axis, e.g. {"policy": (D,), "image": (V, H, W, 3)}."""
+    action_dim: int
+    """A."""
+
+    @property
+    def state_dim(self) -> int:
+        """D, the policy observation's size."""
+        return self.obs_shapes["policy"][0]
+
+
+class PolicyConfig(Tagged):
+    """The run config's `policy` section: a registered policy class's config (`policy: {class: flow, ...}`)."""
+
+    registry: ClassVar[dict[str, type[Tagged]]] = {}
+    pretrained_part: ClassVar[str] = ""
+    """A frozen part whose weights `init_policy` must give ("base" for a residual), beside a new trainable part;
+    "" when init_policy, if given, holds the whole policy."""
+    steps_field: ClassVar[str] = ""
+    """The field counting the chain's stochastic steps (PPO's trainable_steps counts these); "" for one step."""
+
+    def build(self, env: EnvSpec) -> Policy:
+        """The policy this config describes, for an env."""
+        raise NotImplementedError
+
+    def chain_steps(self) -> int:
+        """Stochastic steps of a sampled chain."""
+        return getattr(self, self.steps_field) if self.steps_field else 1
+
+    def check_for_rl(self) -> None:
+        """Raise ConfigError for settings that RL fine-tuning (rescoring stored chains) cannot work with."""
+
+
+C = TypeVar("C", bound=type[PolicyConfig])
+
+
+def register_policy(name: str) -> Callable[[C], C]:
+    """Class decorator registering a policy config class under `name` (the `class:` of a `policy` section)."""
+
+    def register(config_class: C) -> C:
+        if name in PolicyConfig.registry and PolicyConfig.registry[name] is not config_class:
+            raise ValueError(f"policy class {name!r} is registered twice")
+        config_class.tag = name
+        PolicyConfig.registry[name] = config_class
+        return config_class
+
+    return register

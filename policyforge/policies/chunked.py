@@ -12,19 +12,19 @@ import abc
 import copy
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from policyforge.config import check, check_in
-from policyforge.policies.base import Obs, Policy, Sample
+from policyforge.policies.base import IMAGE_KEY, Obs, Policy, Sample, load_matching
 from policyforge.policies.denoisers import DenoiserConfig, build_denoiser
 from policyforge.policies.encoders import EncoderConfig, ObservationEncoder
 from policyforge.policies.normalizer import RunningNormalizer
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-IMAGE_KEY = "image"
 MIN_STD = 0.001
 """Smallest std a config may give a Gaussian transition or residual (DPPO floors at 0.1, ReinFlow at 0.08): at
 1e-3 a shift of 0.1 in the mean already costs 5000 nats, and PPO's ratios e^Δlog-prob overflow float32 soon after."""
@@ -90,6 +90,26 @@ class ChunkedPolicy(Policy):
         self.base: nn.ModuleDict | None = None
         self.frozen_steps = 0
         """Sampling steps run by the frozen copy in `base` (the first ones)."""
+
+    rl_only_modules: tuple[str, ...] = ()
+    """State-dict prefixes of modules only RL fine-tuning uses (ReinFlow's noise network): a pre-trained policy may
+    have them or not."""
+
+    @property
+    def obs_keys(self) -> tuple[str, ...]:
+        return (self.obs_key, IMAGE_KEY) if self.image_shape is not None else (self.obs_key,)
+
+    def train_only_last_steps(self, count: int) -> None:
+        if not 1 <= count <= self.steps:
+            raise ValueError(f"must be in [1, {self.steps}] (the policy's sampling steps), got {count}")
+        self.freeze_early_steps(self.steps - count)
+
+    def load_pretrained(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Load the full networks, then freeze a copy of *these* weights for the frozen early steps."""
+        frozen_steps = self.frozen_steps
+        self.freeze_early_steps(0)
+        load_matching(self, weights, optional=(*self.rl_only_modules, "base."))  # a fine-tuned run's frozen copy
+        self.freeze_early_steps(frozen_steps)
 
     @property
     def normalizer(self) -> RunningNormalizer:
@@ -190,12 +210,7 @@ class ChunkedPolicy(Policy):
         return obs
 
     def export_spec(self) -> dict[str, Any]:
-        return {
-            **super().export_spec(),
-            "n_obs_steps": self.n_obs_steps,
-            "act_steps": self.act_steps,
-            "image_shape": list(self.image_shape) if self.image_shape else None,
-        }
+        return {**super().export_spec(), "image_shape": list(self.image_shape) if self.image_shape else None}
 
     def _conditions(self, obs: Obs, steps: int) -> list[torch.Tensor]:
         """The condition each of `steps` sampling steps sees (the frozen copy's for frozen steps)."""

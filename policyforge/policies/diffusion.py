@@ -16,8 +16,10 @@ import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 
 from policyforge.config import check_in
-from policyforge.policies.base import Obs, Sample
+from policyforge.policies.base import EnvSpec, Obs, PolicyConfig, Sample, register_policy
 from policyforge.policies.chunked import (
+    IMAGE_KEY,
+    MIN_STD,
     ChunkConfig,
     ChunkedPolicy,
     gaussian_entropy,
@@ -37,9 +39,12 @@ def _at_least(value: Coefficient, floor: float) -> Coefficient:
     return value.clamp(min=floor) if isinstance(value, torch.Tensor) else max(value, floor)
 
 
+@register_policy("diffusion")
 @dataclasses.dataclass
-class DiffusionConfig:
+class DiffusionConfig(PolicyConfig):
     """A diffusion policy."""
+
+    steps_field = "inference_steps"
 
     chunk: ChunkConfig = dataclasses.field(default_factory=ChunkConfig)
     """Observation history and action chunks."""
@@ -70,6 +75,13 @@ class DiffusionConfig:
         check_in(self.min_std, "min_std", "(0, 1]", why)
         check_in(self.noise_clip, "noise_clip", "(0, inf)")
         check_in(self.x0_clip, "x0_clip", "(0, inf)", "actions live in [-1, 1]")
+
+    def build(self, env: EnvSpec) -> DiffusionPolicy:
+        return DiffusionPolicy(env.state_dim, env.action_dim, self, image_shape=env.obs_shapes.get(IMAGE_KEY))
+
+    def check_for_rl(self) -> None:
+        why = "RL rescores log-probabilities of steps with exactly this std: DDIM's last (every one at eta 0)"
+        check_in(self.min_std, "min_std", f"[{MIN_STD}, 1]", why)
 
 
 class DiffusionPolicy(ChunkedPolicy):

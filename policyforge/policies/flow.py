@@ -28,8 +28,9 @@ import torch
 from torch import nn
 
 from policyforge.config import check, check_bounds, check_in, check_sizes
-from policyforge.policies.base import Chain, Obs, Sample
+from policyforge.policies.base import Chain, EnvSpec, Obs, PolicyConfig, Sample, register_policy
 from policyforge.policies.chunked import (
+    IMAGE_KEY,
     MIN_STD,
     ChunkConfig,
     ChunkedPolicy,
@@ -46,9 +47,12 @@ MAX_STEPS = 1000
 """Most integration steps (flow policies sample in 1-10)."""
 
 
+@register_policy("flow")
 @dataclasses.dataclass
-class FlowConfig:
+class FlowConfig(PolicyConfig):
     """A flow-matching policy."""
+
+    steps_field = "steps"
 
     chunk: ChunkConfig = dataclasses.field(default_factory=ChunkConfig)
     """Observation history and action chunks."""
@@ -92,6 +96,9 @@ class FlowConfig:
             f"must be in [0, 1), got {self.consistency_fraction}",
         )
 
+    def build(self, env: EnvSpec) -> FlowPolicy:
+        return FlowPolicy(env.state_dim, env.action_dim, self, image_shape=env.obs_shapes.get(IMAGE_KEY))
+
 
 class NoiseNetwork(nn.Module):
     """ReinFlow's noise head: (x_k, t, cond) → per-element std [B, H, A] in [low, high]."""
@@ -112,6 +119,8 @@ class NoiseNetwork(nn.Module):
 
 class FlowPolicy(ChunkedPolicy):
     """Flow-matching action chunks [B, H, A] with a ReinFlow or Flow-SDE chain."""
+
+    rl_only_modules = ("noise_net.",)
 
     def __init__(
         self,

@@ -12,17 +12,18 @@ import math
 import torch
 from torch import nn
 
-from policyforge.config import check_bounds, check_in, check_sizes
-from policyforge.policies.base import Obs, Policy, Sample
-from policyforge.policies.chunked import gaussian_log_density
+from policyforge.config import ConfigError, check_bounds, check_in, check_sizes
+from policyforge.policies.base import EnvSpec, Obs, Policy, PolicyConfig, Sample, register_policy
+from policyforge.policies.chunked import IMAGE_KEY, gaussian_log_density
 from policyforge.policies.networks import MAX_WIDTH, Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
+@register_policy("gaussian")
 @dataclasses.dataclass
-class GaussianConfig:
+class GaussianConfig(PolicyConfig):
     """Architecture of a Gaussian policy."""
 
     hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
@@ -45,6 +46,12 @@ class GaussianConfig:
         check_in(self.init_std, "init_std", "(0, inf)")
         why = "std e^-20 … e^20 is beyond any use; float32 overflows at e^88"
         check_bounds(self.log_std_bounds, "log_std_bounds", "[-20, 20]", why, strict=True)
+
+    def build(self, env: EnvSpec) -> GaussianPolicy:
+        if IMAGE_KEY in env.obs_shapes:
+            why = "the Gaussian policy reads states only: use a diffusion or flow policy"
+            raise ConfigError("sim.image.cameras", why)
+        return GaussianPolicy(env.state_dim, env.action_dim, self)
 
 
 class GaussianPolicy(Policy):

@@ -7,8 +7,8 @@ Two ways to apply it:
   `base.act(obs)`, fixed for the executed steps of the chunk;
 - per step (`per_step: true`, as ResiP runs it): the base's chunks run as they would alone and the residual
   corrects every executed action from the state at that step, closed-loop inside the chunk. Its decisions are
-  single steps [B, 1, A]; it reads the base's action of the step as obs["base_action"] [B, A], which
-  `rollout.BaseActionHistory` (in PPO's rollouts, evaluation and deployment alike) adds to the observations.
+  single steps [B, 1, A]; it reads the base's action of the step as obs["base_action"] [B, A], which its
+  input state `BaseActionHistory` (in PPO's rollouts, evaluation and deployment alike) adds to the observations.
 
 The chain is the residual r; log_prob is the residual's only (the base is deterministic and frozen), so PPO
 fine-tunes the residual without touching the base. The residual sees the latest state (normalised by its own
@@ -19,28 +19,35 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
 from policyforge.config import check_in, check_sizes
-from policyforge.policies.base import Obs, Policy, Sample
+from policyforge.policies.base import EnvSpec, Obs, Policy, PolicyConfig, Sample, load_matching, register_policy
 from policyforge.policies.chunked import MIN_STD, gaussian_entropy, gaussian_log_density, gaussian_log_prob
+from policyforge.policies.diffusion import DiffusionConfig
+from policyforge.policies.history import InputState
 from policyforge.policies.networks import MAX_WIDTH, Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
+from policyforge.policies.rollout import ChunkedActor
 
 BASE_ACTION_KEY = "base_action"
 """Observation key of the base's action at this step [B, A] (per-step residuals)."""
 
 
+@register_policy("residual")
 @dataclasses.dataclass
-class ResidualConfig:
+class ResidualConfig(PolicyConfig):
     """The residual network on top of a frozen base policy."""
 
-    base_class: Literal["gaussian", "diffusion", "flow"] = "diffusion"
-    """Class of the frozen base policy (in a run config, its own section describes it and `init_policy` gives
-    its weights)."""
+    pretrained_part = "base"
+
+    base: PolicyConfig = dataclasses.field(default_factory=DiffusionConfig)
+    """The frozen base policy, a `policy` section of its own (`base: {class: flow, ...}`); in a run config,
+    `init_policy` gives its weights."""
     hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
     """Hidden sizes of the residual's mean network."""
     activation: Activation = "elu"
@@ -62,6 +69,9 @@ class ResidualConfig:
         check_in(self.init_std, "init_std", f"[{MIN_STD}, 10]", "actions live in [-1, 1]")
         check_in(self.out_gain, "out_gain", "[0, 1]", "near 0, so the policy starts as its base")
 
+    def build(self, env: EnvSpec) -> ResidualPolicy:
+        return ResidualPolicy(self.base.build(env), env.state_dim, self)
+
 
 class ResidualPolicy(Policy):
     """Frozen `base` (any policy) + trainable Gaussian residual over its chunk, or over each executed action."""
@@ -72,16 +82,28 @@ class ResidualPolicy(Policy):
         self.obs_key, self.action_dim, self.state_dim = base.obs_key, base.action_dim, state_dim
         self.per_step = config.per_step
         if self.per_step:  # single-step decisions on the latest state; the base's history is kept outside
-            self.chunk_len, self.act_steps, self.n_obs_steps, self.image_shape = 1, 1, 0, None
+            self.chunk_len, self.act_steps, self.n_obs_steps = 1, 1, 0
         else:
-            self.chunk_len, self.act_steps = base.chunk_len, getattr(base, "act_steps", base.chunk_len)
-            self.n_obs_steps = getattr(base, "n_obs_steps", 0)
-            self.image_shape = getattr(base, "image_shape", None)
+            self.chunk_len, self.act_steps, self.n_obs_steps = base.chunk_len, base.act_steps, base.n_obs_steps
         self.export_tolerance = base.export_tolerance
         chunk = self.chunk_len * base.action_dim
         self.normalizer = RunningNormalizer(state_dim)
         self.net = mlp(state_dim + chunk, config.hidden, chunk, config.activation, out_gain=config.out_gain)
         self.log_std = nn.Parameter(torch.full((base.action_dim,), math.log(config.init_std)))
+
+    @property
+    def obs_keys(self) -> tuple[str, ...]:
+        return (self.obs_key, BASE_ACTION_KEY) if self.per_step else self.base.obs_keys
+
+    def input_state(self, num_envs: int) -> InputState:
+        return BaseActionHistory(self, num_envs) if self.per_step else self.base.input_state(num_envs)
+
+    def load_pretrained(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """A residual policy's weights (keys `base.*` among them), or its base's alone (the run of the base)."""
+        if any(key.startswith("base.") for key in weights):
+            load_matching(self, weights)
+        else:
+            self.base.load_pretrained(weights)
 
     def train(self, mode: bool = True) -> ResidualPolicy:
         super().train(mode)
@@ -130,3 +152,24 @@ class ResidualPolicy(Policy):
         if self.per_step:  # export.export writes the base's graph beside this one
             return {**super().export_spec(), "residual_scale": self.config.scale, "per_step": True}
         return {**self.base.export_spec(), "residual_scale": self.config.scale}
+
+
+class BaseActionHistory:
+    """The inputs of a per-step residual: the latest state and its base's action for this step [N, A], the base's
+    chunks executed by a `ChunkedActor` exactly as they would be without the residual (an `InputState`)."""
+
+    def __init__(self, policy: ResidualPolicy, num_envs: int):
+        self.base = ChunkedActor(policy.base, num_envs)
+        self.state_key = policy.obs_key
+
+    def restart(self, done: torch.Tensor) -> None:
+        self.base.episodes_ended(done)
+
+    def push(self, obs: Obs) -> Obs:
+        return {self.state_key: obs[self.state_key], BASE_ACTION_KEY: self.base(obs)}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.base.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.base.load_state_dict(state)

@@ -28,9 +28,8 @@ def bc_config(tmp_path, dataset, **overrides) -> RunConfig:
         "name": "bc",
         "out_dir": str(tmp_path),
         "algo": "bc",
-        "policy_class": "flow",
         "sim": {"task": "arm-reach", "num_envs": 1},
-        "flow": {"chunk": CHUNK, "steps": 4, "denoiser": {"hidden": [128, 128]}},
+        "policy": {"class": "flow", "chunk": CHUNK, "steps": 4, "denoiser": {"hidden": [128, 128]}},
         "bc": {"dataset": str(dataset), "gradient_steps": 800, "steps_per_iteration": 200, "warmup_steps": 50},
         "runner": {"eval_envs": 16, "video": "none", "eval_every_steps": 200, "tensorboard": False},
     }
@@ -89,8 +88,8 @@ def test_bc_refuses_a_dataset_of_another_task(tmp_path, reach_demos):
         Runner.start(bc_config(tmp_path, reach_demos, sim={"task": "arm-lift-cube", "num_envs": 1}))
     with pytest.raises(ConfigError, match=r"bc.dataset.*collect"):
         Runner.start(bc_config(tmp_path, tmp_path / "missing"))
-    with pytest.raises(ConfigError, match="policy_class"):
-        bc_config(tmp_path, reach_demos, algo="sac", policy={"squash": True})
+    with pytest.raises(ConfigError, match=r"^policy.class: SAC trains Gaussian policies"):
+        bc_config(tmp_path, reach_demos, algo="sac", **{"policy.squash": True})
 
 
 def test_bc_policy_exports_with_its_sampler(tmp_path, reach_demos):

@@ -20,16 +20,16 @@ CHUNK = {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}
 DENOISER = {"hidden": [128, 128]}
 DIFFUSION = {"chunk": CHUNK, "inference_steps": 4, "denoiser": DENOISER}
 BASES = {
-    "flow": {"policy_class": "flow", "flow": {"chunk": CHUNK, "steps": 4, "denoiser": DENOISER}},
-    "diffusion": {"policy_class": "diffusion", "diffusion": DIFFUSION},
+    "flow": {"policy": {"class": "flow", "chunk": CHUNK, "steps": 4, "denoiser": DENOISER}},
+    "diffusion": {"policy": {"class": "diffusion", **DIFFUSION}},
 }
 TASK_OPTIONS = {"episode_seconds": 1.2}
 QUIET = {"eval_envs": 64, "video": "none", "eval_every_steps": 0, "tensorboard": False}
 METHODS = {  # base, settings on top of it, required return gain
     "dppo": ("diffusion", {"ppo": {"trainable_steps": 2, "ratio": "per_step", "denoising_discount": 0.99,
                                    "clip_ratio": 0.01, "clip_ratio_first": 0.001, "log_prob_clamp": [-5.0, 2.0]}}),
-    "reinflow": ("flow", {"flow": {"chain_noise": "reinflow"}, "ppo": {"entropy_coef": 0.001}}),
-    "flow_sde": ("flow", {"flow": {"chain_noise": "sde"}}),
+    "reinflow": ("flow", {"policy": {"chain_noise": "reinflow"}, "ppo": {"entropy_coef": 0.001}}),
+    "flow_sde": ("flow", {"policy": {"chain_noise": "sde"}}),
 }  # fmt: skip
 
 
@@ -86,9 +86,9 @@ def test_fine_tuning_raises_a_weak_start(tmp_path, weak_starts, method):
 def test_residual_raises_a_weak_base(tmp_path, per_step):
     """ResiP on a weak base (a Gaussian PPO policy stopped early on arm-reach, ~10% success): PPO trains only
     the residual, base + 0.5 · residual, and success rises — also with the base's actions fed in per step
-    (`rollout.BaseActionHistory`, the path per-step residuals on chunked bases take)."""
+    (`residual.BaseActionHistory`, the path per-step residuals on chunked bases take)."""
     quiet = {**QUIET, "total_env_steps": 12288}
-    gaussian = {"policy_class": "gaussian", "policy": {"hidden": [64, 64], "init_std": 1.0}}
+    gaussian = {"policy": {"class": "gaussian", "hidden": [64, 64], "init_std": 1.0}}
     settings = {"out_dir": str(tmp_path), "sim": {"task": "arm-reach", "num_envs": 16}, **gaussian}
     ppo = {"rollout_steps": 32, "actor_lr": 1e-3, "critic_lr": 1e-3}
     base_config = from_dict(RunConfig, {**settings, "name": "base", "ppo": ppo, "runner": quiet})
@@ -99,8 +99,13 @@ def test_residual_raises_a_weak_base(tmp_path, per_step):
         **settings,
         "name": "residual",
         "init_policy": str(tmp_path / "base"),
-        "policy_class": "residual",
-        "residual": {"base_class": "gaussian", "scale": 0.5, "hidden": [64, 64], "per_step": per_step},
+        "policy": {
+            "class": "residual",
+            "base": gaussian["policy"],
+            "scale": 0.5,
+            "hidden": [64, 64],
+            "per_step": per_step,
+        },
         "ppo": {**ppo, "actor_lr": 3e-4, "critic_warmup_iterations": 2},
         "runner": {**QUIET, "total_env_steps": 49152},
     }

@@ -19,8 +19,8 @@ from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
 
 CHUNK = {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}
 SMALL = {"hidden": [32, 32], "time_dim": 8}
-FLOW = {"policy_class": "flow", "flow": {"chunk": CHUNK, "steps": 3, "denoiser": SMALL}}
-DIFFUSION = {"policy_class": "diffusion", "diffusion": {"chunk": CHUNK, "inference_steps": 3, "denoiser": SMALL}}
+FLOW = {"policy": {"class": "flow", "chunk": CHUNK, "steps": 3, "denoiser": SMALL}}
+DIFFUSION = {"policy": {"class": "diffusion", "chunk": CHUNK, "inference_steps": 3, "denoiser": SMALL}}
 QUIET = {"eval_envs": 4, "video": "none", "tensorboard": False}
 
 
@@ -130,8 +130,7 @@ def bc_like_start(tmp_path, settings: dict) -> Path:
 
 @pytest.mark.parametrize("per_step", [False, True])
 def test_residual_needs_a_base_and_trains_only_the_residual(tmp_path, per_step):
-    residual = {"base_class": "flow", "hidden": [32], "per_step": per_step}
-    residual = {"policy_class": "residual", "residual": residual, "flow": FLOW["flow"]}
+    residual = {"policy": {"class": "residual", "base": FLOW["policy"], "hidden": [32], "per_step": per_step}}
     with pytest.raises(ConfigError, match="init_policy"):
         run_config(tmp_path, "no-base", **residual)
     start = bc_like_start(tmp_path, FLOW)
@@ -148,8 +147,8 @@ def test_per_step_residual_resumes_exactly(tmp_path):
     """The base's chunks in flight (history, chunk, cursor per env) are part of the checkpoint: a run stopped
     mid-chunk and resumed ends with the parameters of an uninterrupted one."""
     start = bc_like_start(tmp_path, FLOW)
-    residual = {"policy_class": "residual", "residual": {"base_class": "flow", "hidden": [32], "per_step": True}}
-    settings = {**residual, "flow": FLOW["flow"], "init_policy": str(start), "ppo": {"rollout_steps": 7, "epochs": 1}}
+    residual = {"policy": {"class": "residual", "base": FLOW["policy"], "hidden": [32], "per_step": True}}
+    settings = {**residual, "init_policy": str(start), "ppo": {"rollout_steps": 7, "epochs": 1}}
     runs = {}
     for name, steps in (("whole", 560), ("split", 280)):
         config = run_config(tmp_path, name, **settings, runner={"total_env_steps": steps, "eval_envs": 2, **QUIET})
@@ -166,7 +165,7 @@ def test_per_step_residual_resumes_exactly(tmp_path):
 def test_evaluation_and_loading_use_the_fine_tuned_weights(tmp_path):
     """The anchors' bug: evaluating the frozen base instead of the fine-tuned policy."""
     start = bc_like_start(tmp_path, FLOW)
-    settings = {**FLOW, "flow": {**FLOW["flow"], "chain_noise": "reinflow"}}
+    settings = {"policy": {**FLOW["policy"], "chain_noise": "reinflow"}}
     runner = Runner.start(run_config(tmp_path, "tuned", **settings, init_policy=str(start)), Console(quiet=True))
     runner.train()
     tuned = runner.algo.policy

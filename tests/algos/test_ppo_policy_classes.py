@@ -11,10 +11,10 @@ from policyforge.config import from_dict
 CHUNK = {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}
 SMALL = {"hidden": [32, 32], "time_dim": 8}
 CLASSES = {
-    "gaussian": {"policy_class": "gaussian", "policy": {"hidden": [32, 32]}},
-    "diffusion": {"policy_class": "diffusion", "diffusion": {"chunk": CHUNK, "inference_steps": 3, "denoiser": SMALL}},
-    "flow_reinflow": {"policy_class": "flow", "flow": {"chunk": CHUNK, "steps": 3, "denoiser": SMALL}},
-    "flow_sde": {"policy_class": "flow", "flow": {"chunk": CHUNK, "steps": 3, "chain_noise": "sde", "denoiser": SMALL}},
+    "gaussian": {"class": "gaussian", "hidden": [32, 32]},
+    "diffusion": {"class": "diffusion", "chunk": CHUNK, "inference_steps": 3, "denoiser": SMALL},
+    "flow_reinflow": {"class": "flow", "chunk": CHUNK, "steps": 3, "denoiser": SMALL},
+    "flow_sde": {"class": "flow", "chunk": CHUNK, "steps": 3, "chain_noise": "sde", "denoiser": SMALL},
 }
 
 
@@ -26,7 +26,7 @@ def test_ppo_updates_every_policy_class(tmp_path, name):
         "sim": {"task": "pendulum-swingup", "num_envs": 8},
         "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2},
         "runner": {"total_env_steps": 256, "eval_envs": 2, "video": "none", "tensorboard": False},
-        **CLASSES[name],
+        "policy": CLASSES[name],
     }
     runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
     before = {k: v.clone() for k, v in runner.algo.policy.state_dict().items()}
