@@ -66,8 +66,9 @@ def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
 
 
 class ChunkedPolicy(Policy):
-    """Base of the diffusion and flow policies: an observation encoder and a denoiser, plus a frozen copy of both
-    for the early sampling steps that RL fine-tuning leaves untouched (`freeze_early_steps`)."""
+    """Base of the diffusion and flow policies: an observation encoder and a denoiser, plus a frozen copy of every
+    network a step runs (`step_modules`) for the early sampling steps that RL fine-tuning leaves untouched
+    (`freeze_early_steps`)."""
 
     def __init__(
         self,
@@ -127,9 +128,13 @@ class ChunkedPolicy(Policy):
         self.frozen_steps = frozen_steps
         self.base = None
         if frozen_steps:
-            frozen = {"encoder": copy.deepcopy(self.encoder), "denoiser": copy.deepcopy(self.denoiser)}
-            self.base = nn.ModuleDict(frozen)
+            self.base = nn.ModuleDict({name: copy.deepcopy(module) for name, module in self.step_modules().items()})
             self.base.requires_grad_(False)
+
+    def step_modules(self) -> dict[str, nn.Module]:
+        """Every network a sampling step runs, by attribute name: what `freeze_early_steps` copies, so that
+        nothing a frozen step computes depends on the trainable parameters (log_prob leaves those steps out)."""
+        return {"encoder": self.encoder, "denoiser": self.denoiser}
 
     def encode(self, obs: Obs, frozen: bool = False) -> torch.Tensor:
         """Condition [B, C] from the observation history (with the frozen copy's encoder if `frozen`)."""
@@ -189,9 +194,10 @@ class ChunkedPolicy(Policy):
         cond = self.encode(obs).repeat_interleave(n, dim=0)
         return steps, chain[:, first:-1].flatten(0, 1), chain[:, first + 1 :].flatten(0, 1), cond
 
-    def network(self, step: int) -> nn.Module:
-        """The denoiser that runs sampling step `step` (0 = first)."""
-        return self.base["denoiser"] if self.base is not None and step < self.frozen_steps else self.denoiser
+    def network(self, step: int, name: str = "denoiser") -> nn.Module:
+        """The network `name` (one of `step_modules`) that runs sampling step `step` (0 = first): the frozen
+        copy's for the frozen steps."""
+        return self.base[name] if self.base is not None and step < self.frozen_steps else getattr(self, name)
 
     def update_normalizer(self, obs: Obs) -> None:
         self.encoder.normalizer.update(obs[self.obs_key])

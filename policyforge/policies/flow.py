@@ -9,7 +9,8 @@ The RL chain is the integration path x_0 … x_K, chain [B, K + 1, H, A], made s
 both with exact log-probabilities (sum of the Gaussian transitions; x_0's N(0, I) density does not depend on θ
 and is left out):
 - `reinflow` (ReinFlow, Zhang et al. 2025): x_{k+1} = x_k + f·Δ + σ_θ·ε with σ_θ(x_k, t, obs) from a learnable
-  noise network bounded to `noise_std_range`.
+  noise network bounded to `noise_std_range`. Steps frozen by `freeze_early_steps` take σ from the frozen copy
+  of the noise network, like their velocity: their densities are not in log_prob, so they must not move.
 - `sde` (Flow-GRPO / πRL): the ODE→SDE conversion with the same marginals, σ_s = a·sqrt(s / (1 − s)) at noise
   level s = 1 − t (the first step uses the next grid level, where σ would be infinite).
 With `stochastic_steps: one` (Flow-GRPO-Fast / πRL's single noisy step) each chain takes one uniformly drawn
@@ -142,18 +143,33 @@ class FlowPolicy(ChunkedPolicy):
     def steps(self) -> int:
         return self.config.steps
 
+    def step_modules(self) -> dict[str, nn.Module]:
+        modules = super().step_modules()
+        if self.noise_net is not None:
+            # a frozen copy, not a fixed std: freezing keeps the chain's law, and PPO never sees frozen densities move
+            modules["noise_net"] = self.noise_net
+        return modules
+
     def velocity(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, net: nn.Module) -> torch.Tensor:
         """Velocity [B, H, A] used for a step of Δ = 1/K from time t [B] (average velocity for shortcut/MeanFlow)."""
         delta = t * 0 if self.config.variant == "rectified" else t * 0 + 1.0 / self.steps
         return net(x, t, delta, cond)
 
     def moments(
-        self, x: torch.Tensor, t: torch.Tensor, velocity: torch.Tensor, cond: torch.Tensor, noise_scale: float = 1.0
+        self,
+        x: torch.Tensor,
+        t: torch.Tensor,
+        velocity: torch.Tensor,
+        cond: torch.Tensor,
+        noise_scale: float = 1.0,
+        step: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and std [B, H, A] of x at t + Δ given x [B, H, A] at t [B] and the step's velocity."""
+        """Mean and std [B, H, A] of x at t + Δ given x [B, H, A] at t [B] and the step's velocity; a ReinFlow
+        std comes from the noise network that runs sampling step `step` (None: the trainable one)."""
         dt = 1.0 / self.steps
         if self.noise_net is not None:
-            std = noise_scale * self.noise_net(x, t, cond) if noise_scale else torch.zeros_like(x)
+            noise_net = self.noise_net if step is None else self.network(step, "noise_net")
+            std = noise_scale * noise_net(x, t, cond) if noise_scale else torch.zeros_like(x)
             return x + velocity * dt, std
         s = (1.0 - t).clamp(max=1.0 - dt)[:, None, None]  # noise level; s = 1 has no finite σ
         sigma = noise_scale * self.config.sde_noise_level * (s / (1 - s)).sqrt()
@@ -172,7 +188,7 @@ class FlowPolicy(ChunkedPolicy):
         for k in range(self.steps):
             t = torch.full_like(x[:, 0, 0], k / self.steps)
             velocity = self.network(k).decode(x, features[k])
-            mean, std = self.moments(x, t, velocity, conditions[k], noise_scale)
+            mean, std = self.moments(x, t, velocity, conditions[k], noise_scale, step=k)
             if chosen is not None:  # the other chains take the plain ODE step here
                 noisy = (chosen == k)[:, None, None]
                 mean, std = torch.where(noisy, mean, x + velocity * (1.0 / self.steps)), std * noisy

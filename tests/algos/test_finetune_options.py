@@ -198,3 +198,31 @@ def test_bc_term_pulls_towards_the_frozen_initial_policy(tmp_path):
     for name, value in anchor.state_dict().items():
         assert torch.equal(fresh.algo.anchor.state_dict()[name], value), name
     runner.close(), fresh.close()
+
+
+def test_reinflow_trainable_steps_leave_the_frozen_steps_alone(tmp_path):
+    """`ppo.trainable_steps` on ReinFlow: a PPO iteration moves the trainable steps (their noise network too) and
+    not the frozen ones, whose densities PPO's ratio leaves out: with the same noise, the chain is unchanged up to
+    the first trainable step."""
+    settings = {**FLOW, "ppo": {"rollout_steps": 8, "trainable_steps": 1, "entropy_coef": 0.01}}
+    runner = Runner.start(run_config(tmp_path, "reinflow-k1", **settings), Console(quiet=True))
+    policy = runner.algo.policy
+    assert policy.config.chain_noise == "reinflow" and policy.frozen_steps == 2
+    obs = policy.example_obs(16)
+    obs["policy"].normal_()
+
+    def state_and_chain() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            chain = policy.sample(obs).chain  # [B, K + 1, H, A]
+        return {k: v.clone() for k, v in policy.state_dict().items()}, chain
+
+    before, chain_before = state_and_chain()
+    runner.obs, _ = runner.algo.iterate(runner.env, runner.obs, lambda info: None)
+    after, chain_after = state_and_chain()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert any(k.startswith("noise_net.") for k in changed) and any(k.startswith("denoiser.") for k in changed)
+    assert not any(k.startswith("base.") for k in changed)
+    torch.testing.assert_close(chain_after[:, :3], chain_before[:, :3], rtol=0, atol=0)
+    assert not torch.allclose(chain_after[:, 3], chain_before[:, 3])
+    runner.close()

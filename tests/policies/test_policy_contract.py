@@ -1,5 +1,6 @@
 """The policy contract, checked for every policy class: act is sample without noise, log_prob rescores a
-sampled chain exactly, gradients reach the trainable parameters only, exports reproduce act."""
+sampled chain exactly, gradients reach the trainable parameters only, frozen sampling steps do not depend on
+them, exports reproduce act."""
 
 import pytest
 import torch
@@ -32,9 +33,11 @@ def diffusion(frozen_steps: int = 0, **overrides) -> DiffusionPolicy:
     return policy
 
 
-def flow(image_shape=None, **overrides) -> FlowPolicy:
+def flow(image_shape=None, frozen_steps: int = 0, **overrides) -> FlowPolicy:
     config = FlowConfig(**{"chunk": CHUNK, "denoiser": SMALL, "steps": STEPS, **overrides})
-    return FlowPolicy(OBS_DIM, ACTION_DIM, config, image_shape=image_shape)
+    policy = FlowPolicy(OBS_DIM, ACTION_DIM, config, image_shape=image_shape)
+    policy.freeze_early_steps(frozen_steps)
+    return policy
 
 
 POLICIES = {
@@ -46,6 +49,7 @@ POLICIES = {
     ),
     "diffusion_dppo": lambda: diffusion(frozen_steps=3),
     "flow_reinflow": lambda: flow(encoder=EncoderConfig(state_features=32)),
+    "flow_reinflow_frozen": lambda: flow(frozen_steps=3),
     "flow_sde": lambda: flow(chain_noise="sde"),
     "flow_sde_one_step": lambda: flow(chain_noise="sde", stochastic_steps="one"),
     "shortcut_1": lambda: flow(variant="shortcut", steps=1),
@@ -58,6 +62,8 @@ POLICIES = {
     ),
     "flow_image": lambda: flow(image_shape=IMAGE_SHAPE, encoder=EncoderConfig(image_channels=8, image_features=16)),
 }
+FROZEN_STEPS = ("diffusion_dppo", "flow_reinflow_frozen")
+"""The variants whose first sampling steps run on the frozen copy (`ppo.trainable_steps`)."""
 
 
 def observations(policy, batch: int = BATCH, seed: int = 0, fit_normalizer: bool = True) -> dict[str, torch.Tensor]:
@@ -124,8 +130,8 @@ def _map(fn, chain):
 def test_gradients_reach_trainable_parameters_only(policy):
     obs = observations(policy)
     sample = policy.sample(obs)
-    log_prob, _ = policy.log_prob(obs, _map(torch.Tensor.detach, sample.chain))
-    log_prob.sum().backward()
+    log_prob, entropy = policy.log_prob(obs, _map(torch.Tensor.detach, sample.chain))
+    (log_prob + entropy).sum().backward()  # what PPO's loss is made of
     trainable = {name for name, p in policy.named_parameters() if p.requires_grad}
     for name, parameter in policy.named_parameters():
         if name in trainable:
@@ -137,6 +143,35 @@ def test_gradients_reach_trainable_parameters_only(policy):
     has_frozen_part = getattr(policy, "frozen_steps", 0) > 0 or isinstance(policy, ResidualPolicy)
     assert bool(frozen) == has_frozen_part
     assert all(not buffer.requires_grad for buffer in policy.buffers())
+
+
+@pytest.mark.parametrize("name", FROZEN_STEPS)
+def test_frozen_steps_do_not_depend_on_trainable_parameters(name):
+    """log_prob (PPO's ratio) leaves the frozen steps out, so their distribution must not move when training
+    moves the trainable parameters: with the same noise, a perturbed policy draws the same chain up to the
+    first trainable step, and a different one after it."""
+    torch.manual_seed(1)
+    policy = POLICIES[name]()
+    first_trainable = policy.frozen_steps
+    assert 0 < first_trainable < policy.steps
+    obs = observations(policy)
+    policy.eval()
+
+    def chain() -> torch.Tensor:
+        torch.manual_seed(5)
+        with torch.no_grad():
+            return policy.sample(obs).chain  # [B, K + 1, H, A]
+
+    before = chain()
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    after = chain()
+    frozen = slice(0, first_trainable + 1)  # x_0 … x_k: the start and the frozen steps' outputs
+    assert torch.equal(after[:, frozen], before[:, frozen])
+    trainable = slice(first_trainable + 1, None)
+    assert (after[:, trainable] - before[:, trainable]).abs().mean() > 1e-3
 
 
 ONE_STEP = {"shortcut_1", "meanflow_1"}
