@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from policyforge.real_robot.faults import fuzz
+from policyforge.real_robot.testing.faults import fuzz
 
 
 def main() -> None:

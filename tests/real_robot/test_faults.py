@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from policyforge.real_robot.faults import (
+from policyforge.real_robot.robot import RobotClock
+from policyforge.real_robot.testing.faults import (
     PREPARE_S,
     RUN_S,
     feetech_scenarios,
@@ -23,7 +24,6 @@ from policyforge.real_robot.faults import (
     run_ur_scenario,
     ur_scenarios,
 )
-from policyforge.real_robot.robot import RobotClock
 from tests.real_robot.conftest import ASSETS, GO2_POLICY
 
 

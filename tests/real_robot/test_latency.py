@@ -19,7 +19,8 @@ import pytest
 
 from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.go2 import go2_spec, lowstate_state
-from policyforge.real_robot.peers.go2_sim import MEASUREMENT_WINDOW, CommandAudit, SimulatedGo2
+from policyforge.real_robot.peers.audit import TargetAudit
+from policyforge.real_robot.peers.go2_sim import MEASUREMENT_WINDOW, SimulatedGo2
 from policyforge.real_robot.robot import RobotClock
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from policyforge.sims.tasks.quadruped import QuadrupedConfig
@@ -56,7 +57,7 @@ class CoSimulation:
     """The peer and the driver as two processes on one virtual clock (module docstring)."""
 
     def __init__(self, delays: Delays):
-        self.delays, self.robot, self.audit = delays, SimulatedGo2(1 / PERIOD), CommandAudit(0.1)
+        self.delays, self.robot, self.audit = delays, SimulatedGo2(1 / PERIOD), TargetAudit(go2_spec(), 0.1)
         self.safety, self.clock = SafetyFilter(go2_spec(), SafetyConfig()), RobotClock()
         self.states: list[tuple[float, object]] = []  # (arrival, LowState_)
         self.commands: list[tuple[float, int, object]] = []  # (arrival, sequence, Command)

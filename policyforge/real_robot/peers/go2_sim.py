@@ -4,9 +4,9 @@
 Each physics step the motors apply τ = τ_ff + kp (q* − q) + kd (q̇* − q̇) (saturated at the motors' torque
 limits) from the newest LowCmd with a valid CRC. Unlike the usual sim bridges, the peer drops to damping when
 no valid command arrived for `command_timeout` s, as a safe real robot's firmware should be assumed *not* to.
-It starts lying down (joints folded, damping) and audits every command it receives against the Go2's limits,
-so tests can count unsafe commands that reached "the motors". Facts go to `stats_path` (JSON, atomically,
-ten times a second and at exit).
+It starts lying down (joints folded, damping) and audits every command it receives against the Go2's limits
+(`peers.audit.TargetAudit`), so tests can count unsafe commands that reached "the motors". Facts go to
+`stats_path` (JSON, atomically, ten times a second and at exit).
 
     python -m policyforge.real_robot.peers.go2_sim --domain-id 7 --stats /tmp/go2.json [--seconds 30]
 """
@@ -43,6 +43,7 @@ from policyforge.real_robot.go2 import (
     go2_spec,
     lowcmd_command,
 )
+from policyforge.real_robot.peers.audit import TargetAudit
 from policyforge.real_robot.robot import Command
 from policyforge.sims.task import asset_path
 from policyforge.sims.tasks.quadruped import JOINT_NAMES
@@ -50,10 +51,6 @@ from policyforge.sims.xmath import projected_gravity
 
 LYING_QPOS = np.tile([0.0, 1.36, -2.65], 4)
 """Folded legs, trunk on the ground: how a Go2 waits for low-level commands."""
-TOLERANCE = 1e-3
-"""Slack of the command audit (float32 rounding), rad or N·m."""
-STEP_TOLERANCE = 0.01
-"""Slack of the step audit, rad."""
 MEASUREMENT_WINDOW = 0.06
 """After damping the driver steps from the joint as it measured it: from any state published this long ago or
 less, s (the safety filter's state_timeout, 50 ms, plus 10 ms of delivery)."""
@@ -190,65 +187,6 @@ class SimulatedGo2:
         return self.data.qpos[:3].copy()
 
 
-class CommandAudit:
-    """Counts received commands that would be unsafe on the motors, by reason: non-finite values, targets
-    beyond the joint limits, feed-forward plus PD torque beyond the motors' limits, velocity targets beyond
-    the maximum, and targets moving more than `max_step` from one command to the next away from the joint
-    (the peer reads every command: reliable, deep history)."""
-
-    def __init__(self, max_step: float):
-        self.spec, self.max_step = go2_spec(), max_step
-        self.unsafe: dict[str, int] = {}
-        self.previous: tuple[np.ndarray, np.ndarray] | None = None
-        """The last command's targets [12] and which joints tracked them (kp > 0)."""
-        self.events: list[list[str]] = []
-        """The reasons of each unsafe command."""
-        self.first: dict | None = None
-        """The first unsafe command, with the joints and the previous target (for the facts)."""
-
-    def check(self, command: Command, joint_pos: np.ndarray, seen: np.ndarray | None = None, lost: int = 0) -> None:
-        """Audit one received command against the joints now (`joint_pos` [12]); `seen` [K, 12]: the joint
-        positions published in the last MEASUREMENT_WINDOW (what the driver may have measured; default: only
-        `joint_pos`); `lost`: commands lost in transit since the previous one (each may have moved the target
-        by `max_step`)."""
-        spec, reasons, previous = self.spec, [], self.previous
-        arrays = [command.position, command.velocity, command.torque, command.kp, command.kd]
-        if not all(np.all(np.isfinite(a)) for a in arrays):
-            reasons.append("nonfinite")
-        else:
-            active = command.kp > 0  # a joint without stiffness does not track its position target
-            low, high = spec.position_low - TOLERANCE, spec.position_high + TOLERANCE
-            if np.any(((command.position < low) | (command.position > high))[active]):
-                reasons.append("position_limit")
-            if self.previous is not None:
-                # from the last target, or where none was tracked (damping) from the joint as the driver may have
-                # measured it (any state published within MEASUREMENT_WINDOW); a jump beyond max_step is violent
-                # unless it moves the target towards the joint (less torque)
-                was_tracking = self.previous[1]
-                seen = joint_pos[None] if seen is None else np.vstack([seen, joint_pos])
-                low = np.where(was_tracking, self.previous[0], seen.min(axis=0))
-                high = np.where(was_tracking, self.previous[0], seen.max(axis=0))
-                change = command.position - np.clip(command.position, low, high)
-                towards_joint = was_tracking & (change * (joint_pos - self.previous[0]) > 0)
-                allowed = self.max_step * (1 + lost) + STEP_TOLERANCE
-                if np.any(((np.abs(change) > allowed) & ~towards_joint)[active]):
-                    reasons.append("step_limit")
-            pd_torque = np.abs(command.torque) + command.kp * np.abs(command.position - joint_pos)
-            if np.any(pd_torque > 1.05 * spec.max_torque):  # 5%: the joint moved since the filter looked
-                reasons.append("torque_limit")
-            if np.any(np.abs(command.velocity) > spec.max_velocity + TOLERANCE):
-                reasons.append("velocity_limit")
-            self.previous = (command.position, active)
-        for reason in reasons:
-            self.unsafe[reason] = self.unsafe.get(reason, 0) + 1
-        if reasons:
-            self.events.append(reasons)
-        if reasons and self.first is None:
-            self.first = {"reasons": reasons, "command": dataclasses.asdict(command), "joint_pos": joint_pos}
-            self.first["lost_before"] = lost
-            self.first["previous"] = previous
-
-
 def serve(config: Go2PeerConfig) -> dict:
     """Run the peer until `config.seconds` of simulated time or a stop signal; return its facts."""
     robot = SimulatedGo2(config.rate_hz)
@@ -256,7 +194,7 @@ def serve(config: Go2PeerConfig) -> dict:
     every_command = Qos(Policy.History.KeepLast(64), Policy.Reliability.Reliable(duration(milliseconds=10)))
     reader = DataReader(participant, Topic(participant, LOWCMD_TOPIC, LowCmd_), qos=every_command)
     outbox = StateOutbox(DataWriter(participant, Topic(participant, LOWSTATE_TOPIC, LowState_)), config.faults)
-    audit = CommandAudit(config.max_step)
+    audit = TargetAudit(go2_spec(), config.max_step)
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))

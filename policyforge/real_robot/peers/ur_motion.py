@@ -1,4 +1,5 @@
-"""The simulated UR arm's joints under URScript motion commands, and the audit of the servoJ targets it gets."""
+"""The simulated UR arm's joints under URScript motion commands, and where the client may have measured them
+(the reference of a servo session's first target, for the audit)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from policyforge.real_robot.robot import RobotSpec
-
 Mode = Literal["servo", "move", "speed", "stop", "still"]
-TOLERANCE = 1e-6
-"""Slack of the joint-limit audit, rad."""
-STEP_TOLERANCE = 0.01
-"""Slack of the step audit, rad."""
 MEASUREMENT_LATENCY = 0.05
 """A servo session's first target may lead the joint by its speed times this (the client measured it earlier), s."""
 
@@ -124,38 +119,8 @@ class JointMotion:
             self.q, self.qd, self.mode = self.target.copy(), np.zeros(6), "still"
 
 
-class ServoAudit:
-    """Counts the servoJ targets [6] that reached the controller and would be unsafe to follow, by reason:
-    non-finite, beyond the joint limits, or more than `max_step` from the previous target (the first target of
-    a servo session: from the joint)."""
-
-    def __init__(self, spec: RobotSpec, max_step: float):
-        self.spec, self.max_step = spec, max_step
-        self.targets = 0
-        self.unsafe: dict[str, int] = {}
-        self.first: dict | None = None
-        """The first unsafe target, with the reference it stepped from."""
-        self.previous: np.ndarray | None = None
-
-    def restart(self) -> None:
-        """The servo session ended: the next target is compared with the joints."""
-        self.previous = None
-
-    def check(self, target: np.ndarray, joint_pos: np.ndarray, joint_vel: np.ndarray) -> None:
-        self.targets += 1
-        reasons = []
-        reference = joint_pos if self.previous is None else self.previous
-        slack = STEP_TOLERANCE + (np.abs(joint_vel) * MEASUREMENT_LATENCY if self.previous is None else 0.0)
-        if not np.all(np.isfinite(target)):
-            reasons.append("nonfinite")
-        else:
-            low, high = self.spec.position_low - TOLERANCE, self.spec.position_high + TOLERANCE
-            if np.any((target < low) | (target > high)):
-                reasons.append("position_limit")
-            if np.any(np.abs(target - reference) > self.max_step + slack):
-                reasons.append("step_limit")
-            self.previous = target
-        for reason in reasons:
-            self.unsafe[reason] = self.unsafe.get(reason, 0) + 1
-        if reasons and self.first is None:
-            self.first = {"reasons": reasons, "target": target, "reference": reference, "joint_pos": joint_pos}
+def measured_window(joint_pos: np.ndarray, joint_vel: np.ndarray) -> np.ndarray:
+    """The joint positions [2, 6] between which the client may have measured the joints `joint_pos` [6] (rad)
+    moving at `joint_vel` [6] (rad/s): up to MEASUREMENT_LATENCY earlier or later. The audit's `seen`."""
+    reach = np.abs(joint_vel) * MEASUREMENT_LATENCY
+    return np.stack([joint_pos - reach, joint_pos + reach])

@@ -14,8 +14,8 @@ uploads there, emulated every 2 ms as the e-Series controller runs it.
   ≤ 0 ends it with a runtime error (`script_error` in the facts).
 - The arm: until the program first commands motion the joints follow `idle_trajectory(t)`; from then on
   `JointMotion` moves them within the UR5e's joint speed limit and `max_acceleration`.
-- Every servoJ target that arrives is audited (`ServoAudit`). Facts go to `stats_path` (JSON, atomically, ten
-  times a second and on close).
+- Every servoJ target that arrives is audited (`peers.audit.TargetAudit`). Facts go to `stats_path` (JSON,
+  atomically, ten times a second and on close).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from pathlib import Path
 import numpy as np
 
 from policyforge.io import atomic_path
-from policyforge.real_robot.peers.ur_motion import JointMotion, ServoAudit
+from policyforge.real_robot.peers.audit import TargetAudit
+from policyforge.real_robot.peers.ur_motion import JointMotion, measured_window
+from policyforge.real_robot.robot import Command
 from policyforge.real_robot.ur import ur5e_spec
 
 STOPPED, PLAYING = 1, 2
@@ -99,7 +101,7 @@ class URController:
         self.config, self.idle_trajectory = config, idle_trajectory
         spec = ur5e_spec()
         self.max_velocity = spec.max_velocity
-        self.audit = ServoAudit(spec, config.max_step)
+        self.audit = TargetAudit(spec, config.max_step)
         self.lock = threading.Lock()
         self.in_int, self.in_double = [0] * 48, [0.0] * 48
         self.out_int, self.out_double = [0] * 48, [0.0] * 48
@@ -145,8 +147,9 @@ class URController:
                 command = self.in_int[self.offset]
                 self.received[command] += 1
                 if command == 11:
+                    target = Command(position=np.array(self.in_double[self.offset : self.offset + 6]))
                     joint_pos, joint_vel = self.state.joint_pos, self.state.joint_vel
-                    self.audit.check(np.array(self.in_double[self.offset : self.offset + 6]), joint_pos, joint_vel)
+                    self.audit.check(target, joint_pos, measured_window(joint_pos, joint_vel))
 
     def start_program(self, program: bytes) -> None:
         """A program arrived on the script port: run it if it is ur-rtde's control program."""

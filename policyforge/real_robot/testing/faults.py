@@ -1,6 +1,9 @@
 """Fault injection: a driver + its protocol peer, driven through the safety filter and the control loop by
 adversarial policies and a misbehaving link, with the peer auditing every command that reaches "the motors".
 
+Every command that reaches a peer is audited by `peers.audit.TargetAudit` (the Go2 and UR peers audit their own;
+here, the goals a Feetech bus peer received and the commands the Franka driver hands to franky).
+
 Each scenario starts a fresh peer, brings the robot to its default pose, runs a working policy (the Go2: the
 walking policy; a Feetech arm: a smooth joint-space wave) and injects one fault part-way.
 It is handled when no unsafe command reached the peer and the filter reacted as it must: bad actions refused,
@@ -32,6 +35,7 @@ from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
 from policyforge.real_robot.go2 import Go2, Go2Config
 from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
+from policyforge.real_robot.peers.audit import TargetAudit
 from policyforge.real_robot.peers.feetech_sim import FeetechBusPeer
 from policyforge.real_robot.robot import Command, RobotSpec, RobotState
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
@@ -225,13 +229,22 @@ def run_feetech_scenario(scenario: Scenario, workdir: Path) -> dict:
             report = loop.run()
     finally:
         peer.close()
-    goals = np.array(peer.goals_written)
-    unsafe = 0
-    max_step_raw = SafetyConfig().max_step / RAD_PER_STEP + 1  # + rounding to whole steps
-    for servo in FEETECH_IDS:
-        mine = goals[goals[:, 0] == servo, 1]
-        unsafe += int(np.sum((mine < 1248) | (mine > 2848)) + np.sum(np.abs(np.diff(mine)) > max_step_raw))
-    return _result(scenario, report, modes, len(goals) // len(FEETECH_IDS), unsafe)
+    audit = audit_goals(peer.goals_written, arm, SafetyConfig().max_step)
+    return _result(scenario, report, modes, audit.targets, sum(audit.unsafe.values()), audit.first)
+
+
+def audit_goals(goals_written: list[tuple[int, int]], arm: FeetechArm, max_step: float) -> TargetAudit:
+    """Audit the goals the servos received (`FeetechBusPeer.goals_written`: (id, raw goal) in the order written)
+    as joint targets in rad, one per sync write, against the arm's calibrated range."""
+    goals = np.array(goals_written, dtype=np.int64).reshape(-1, 2)
+    per_servo = [goals[goals[:, 0] == servo, 1] for servo in arm.ids]
+    if len({len(raw) for raw in per_servo}) > 1:  # every write sets all of the arm's servos at once
+        counts = dict(zip(arm.ids, map(len, per_servo), strict=True))
+        raise RuntimeError(f"the servos received different numbers of goals {counts}: a write landed in part")
+    audit = TargetAudit(arm.spec, max_step)
+    for raw in np.stack(per_servo, axis=1) if goals.size else []:
+        audit.check(Command(position=(raw - arm.center) * RAD_PER_STEP))
+    return audit
 
 
 # -- UR (our simulated controller) -------------------------------------------------------------------------
@@ -291,25 +304,14 @@ after about 2 s at the speed franky allows, then the e-stop takes another second
 
 class AuditedFranka(Franka):
     """The Franka driver, auditing each command on its way into franky (franky-sim cannot be asked what
-    reached its motors): non-finite values, targets beyond the joint limits, steps beyond `max_step`, and
-    targets whose end effector (forward kinematics) leaves the workspace box."""
+    reached its motors) with `TargetAudit`, the workspace box included (forward kinematics of the target)."""
 
     def __init__(self, config: FrankaConfig, forward_kinematics: Callable[[np.ndarray], np.ndarray]):
         super().__init__(config)
-        self.forward_kinematics, self.unsafe, self.previous = forward_kinematics, 0, None
+        self.audit = TargetAudit(self.spec, ARM_SAFETY.max_step, forward_kinematics)
 
     def send(self, command: Command) -> Command:
-        spec, q = self.spec, np.asarray(command.position, dtype=np.float64)
-        bad = (
-            not np.all(np.isfinite(q)) or np.any(q < spec.position_low - 1e-9) or np.any(q > spec.position_high + 1e-9)
-        )
-        if not bad and self.previous is not None:
-            bad = bool(np.any(np.abs(q - self.previous) > ARM_SAFETY.max_step + 1e-9))
-        if not bad:
-            ee = self.forward_kinematics(q)
-            bad = bool(np.any(ee < spec.workspace_low - 1e-6) or np.any(ee > spec.workspace_high + 1e-6))
-        self.unsafe += int(bad)
-        self.previous = q
+        self.audit.check(command)
         return super().send(command)
 
 
@@ -339,8 +341,8 @@ def run_franka_scenario(scenario: Scenario, policy_path: Path) -> dict:
         config = LoopConfig(rate_hz=rate, policy_rate_hz=rate, seconds=FRANKA_RUN_S, prepare_seconds=PREPARE_S)
         loop = ControlLoop(robot, safety, policy, adapter, config)
         report = _run(loop, link_fault=kill_after is not None)
-        commands, unsafe = robot.stats["commands"], robot.unsafe
-    return _result(scenario, report, set(), commands, unsafe)
+        commands, unsafe = robot.stats["commands"], sum(robot.audit.unsafe.values())
+    return _result(scenario, report, set(), commands, unsafe, robot.audit.first)
 
 
 def wait_for_facts(facts_path: Path, timeout: float = PEER_START_S) -> dict:
