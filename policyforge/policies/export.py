@@ -135,7 +135,7 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
             raise ValueError(f"unknown export format {fmt!r}; use onnx or torchscript")
     spec = {**describe(policy, fmt, example_obs, metadata), "graph_sha256": file_sha256(path), **base}
     with atomic_path(description_path(path)) as tmp:
-        tmp.write_text(json.dumps(spec, indent=2, ensure_ascii=False) + "\n")
+        tmp.write_text(json.dumps(spec, indent=2) + "\n")  # ASCII (\u escapes): read in any locale
     return path
 
 

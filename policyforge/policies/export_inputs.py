@@ -15,7 +15,13 @@ import numpy as np
 import torch
 from torch import nn
 
-ORT_DTYPES = {"tensor(float)": "float32", "tensor(uint8)": "uint8", "tensor(double)": "float64"}
+ORT_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(uint8)": "uint8",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+}
+"""numpy dtype of each onnxruntime input type (the graphs here take float32 states and uint8 images)."""
 
 
 def expected_text(name: str, shape: List[int], dtype: str) -> str:  # noqa: UP006
@@ -87,22 +93,27 @@ def torchscript_error(err: Exception, label: str) -> Exception:
 def checked_session(session, label: str):
     """`session.run` for the graph's inputs given in order as numpy arrays, each checked first against the
     input the graph declares (ValueError starting with `label` and naming the expected shape); → action."""
-    declared = session.get_inputs()
-    names = [i.name for i in declared]
+    declared = [
+        (i.name, [d if isinstance(d, int) else None for d in i.shape[1:]], np.dtype(ORT_DTYPES.get(i.type, "float32")))
+        for i in session.get_inputs()
+    ]
+    names = [name for name, _, _ in declared]
+
+    def fits(array: np.ndarray, shape: list[int | None], dtype: np.dtype) -> bool:
+        if array.dtype != dtype or array.ndim != len(shape) + 1 or array.shape[0] < 1:
+            return False
+        return all(want is None or got == want for got, want in zip(array.shape[1:], shape, strict=True))
 
     def run(*arrays: np.ndarray) -> np.ndarray:
         if len(arrays) != len(declared):
             raise ValueError(f"{label}: the graph takes {len(declared)} inputs {names}, got {len(arrays)}")
-        for array, spec in zip(arrays, declared, strict=True):
-            shape = [d if isinstance(d, int) else None for d in spec.shape[1:]]
-            dtype = ORT_DTYPES.get(spec.type, spec.type)
-            array = np.asarray(array)
-            fits = array.ndim == len(shape) + 1 and array.shape[0] >= 1 and str(array.dtype) == dtype
-            fits = fits and all(want in (None, got) for got, want in zip(array.shape[1:], shape, strict=True))
-            if not fits:
-                sizes = [d if d is not None else "?" for d in shape]
-                text = f"input {spec.name!r} must be [{', '.join(map(str, ['B', *sizes]))}] {dtype} (B ≥ 1), got "
-                raise ValueError(f"{label}: {text}{list(array.shape)} {array.dtype}")
+        for array, (name, shape, dtype) in zip(arrays, declared, strict=True):
+            if not fits(np.asarray(array), shape, dtype):
+                sizes = ", ".join(str(size) for size in ["B", *(d if d is not None else "?" for d in shape)])
+                got = np.asarray(array)
+                raise ValueError(
+                    f"{label}: input {name!r} must be [{sizes}] {dtype} (B ≥ 1), got {list(got.shape)} {got.dtype}"
+                )
         return session.run(None, dict(zip(names, arrays, strict=True)))[0]
 
     return run

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from policyforge.policies.encoders import EncoderConfig
 from policyforge.policies.export import (
     ExportError,
     check_observations,
@@ -27,7 +28,7 @@ from policyforge.policies.export import (
 from policyforge.policies.export_description import DescriptionError, description_path, load_description
 from policyforge.policies.residual import ResidualConfig, ResidualPolicy
 from policyforge.policies.rollout import ChunkedActor
-from tests.policies.test_policy_contract import OBS_DIM, diffusion, flow, gaussian, observations
+from tests.policies.test_policy_contract import IMAGE_SHAPE, OBS_DIM, diffusion, flow, gaussian, observations
 
 
 def test_a_finite_policy_is_exported_with_its_graphs_sha256_and_source(tmp_path):
@@ -121,6 +122,23 @@ def test_an_older_shared_description_is_read_for_its_format_and_refused_for_the_
     assert load_description(onnx_path)["format"] == "onnx" and (tmp_path / "policy.json").exists()
     export_checked(policy, torchscript_path, "torchscript", observations(policy))
     assert not (tmp_path / "policy.json").exists()  # it described the .pt graph just replaced
+
+
+def test_the_description_lays_out_images_and_a_residuals_base_action(tmp_path):
+    policy = flow(image_shape=IMAGE_SHAPE, encoder=EncoderConfig(image_channels=8, image_features=16)).eval()
+    spec = json.loads(
+        description_path(export(policy, tmp_path / "p.pt", "torchscript", {"cameras": ["wrist"]})).read_text()
+    )
+    image = spec["observation"]["image"]
+    assert list(spec["observation"]) == ["obs", "image"]  # graph-input order
+    assert image["shape"] == ["B", 2, *IMAGE_SHAPE] and image["dtype"] == "uint8" and image["cameras"] == ["wrist"]
+    assert image["axes"] == ["batch", "history", "camera", "height", "width", "rgb"]
+    residual = ResidualPolicy(diffusion(), OBS_DIM, ResidualConfig(hidden=[32, 32], per_step=True)).eval()
+    spec = json.loads(description_path(export(residual, tmp_path / "r.pt", "torchscript")).read_text())
+    assert spec["observation"]["base_action"]["shape"] == ["B", 3] and spec["base"] == "r_base.pt"
+    assert spec["n_obs_steps"] == 0 and spec["act_steps"] == spec["chunk_len"] == 1
+    base = json.loads(description_path(tmp_path / "r_base.pt").read_text())
+    assert base["n_obs_steps"] == 2 and base["chunk_len"] == 4 and base["act_steps"] == 2
 
 
 @pytest.mark.parametrize("fmt,suffix", [("onnx", ".onnx"), ("torchscript", ".pt")])
