@@ -117,44 +117,14 @@ def _eval(args: argparse.Namespace, console: Console) -> None:
 
 
 def _export(args: argparse.Namespace, console: Console) -> None:
-    from policyforge.algos.runner import load_run
-    from policyforge.policies.export import SUFFIX, describe_source, export_checked, run_checkpoint
+    from policyforge.policies.export import export_run
+    from policyforge.policies.export_description import description_path
 
-    run_dir = Path(args.run_dir)
-    checkpoint = Path(args.checkpoint) if args.checkpoint else run_checkpoint(run_dir)
-    source = describe_source(checkpoint, run_dir) if checkpoint.is_file() else None  # before loading: see its doc
-    config, policy, env = load_run(run_dir, args.checkpoint, 1)
-    out = Path(args.out) if args.out else run_dir / "export" / f"policy{SUFFIX[args.format]}"
-    metadata = {"task": config.sim.task, "control_dt": env.control_dt, "task_options": config.sim.task_options}
-    env.close()
-    if source is not None:
-        metadata["source"] = source
-    origin = f"{run_dir} ({source['checkpoint'] if source else checkpoint})"
-    error = export_checked(policy, out, args.format, _check_observations(policy), metadata, source=origin)
+    out, error, origin = export_run(Path(args.run_dir), args.format, args.out, args.checkpoint)
     console.print(
-        f"exported {args.format}: {out} (+ {out.with_suffix('.json').name}) from {origin}; "
+        f"exported {args.format}: {out} (+ {description_path(out).name}) from {origin}; "
         f"max |exported − act| = {error:.2e}"
     )
-
-
-def _check_observations(policy, batch: int = 256) -> dict:
-    """Observations spread like the training data (the normaliser's statistics) to check an export with."""
-    import torch
-
-    from policyforge.policies.residual import BASE_ACTION_KEY
-
-    generator = torch.Generator().manual_seed(0)
-    obs = policy.example_obs(batch)
-    state = obs[policy.obs_key]
-    normalizer = policy.normalizer
-    if normalizer.enabled:
-        state = normalizer.mean.float() + normalizer.var.sqrt().float() * torch.randn(state.shape, generator=generator)
-    obs[policy.obs_key] = state
-    if "image" in obs:
-        obs["image"] = torch.randint(0, 256, obs["image"].shape, generator=generator, dtype=torch.uint8)
-    if BASE_ACTION_KEY in obs:  # a per-step residual's input, in [-1, 1]
-        obs[BASE_ACTION_KEY] = torch.rand(obs[BASE_ACTION_KEY].shape, generator=generator) * 2 - 1
-    return obs
 
 
 def _bench(args: argparse.Namespace, console: Console) -> None:
@@ -366,7 +336,9 @@ def _parser() -> argparse.ArgumentParser:
     exporting = commands.add_parser("export", help="export a run's policy to ONNX or TorchScript")
     exporting.add_argument("run_dir")
     exporting.add_argument("--format", choices=["onnx", "torchscript"], required=True)
-    exporting.add_argument("--out", default=None, help="output file (default: RUN_DIR/export/policy.onnx|.pt)")
+    exporting.add_argument(
+        "--out", default=None, help="output file (default: RUN_DIR/export/policy.onnx|.pt), described in FILE.json"
+    )
     exporting.add_argument("--checkpoint", default=None, help="checkpoint file (default: latest)")
     exporting.set_defaults(run=_export)
     bench = commands.add_parser("bench", help="run a benchmark from bench/ (e.g. env-throughput, ppo-vs-sb3)")

@@ -41,9 +41,15 @@ def test_eval_and_export(run_dir, capsys):
     assert "eval/return" in capsys.readouterr().out
     for fmt, name in (("onnx", "policy.onnx"), ("torchscript", "policy.pt")):
         assert main(["export", str(run_dir), "--format", fmt]) == 0
-        assert "max |exported − act|" in capsys.readouterr().out
-        spec = json.loads((run_dir / "export" / name).with_suffix(".json").read_text())
-        assert spec["task"] == "arm-reach" and spec["action_dim"] == 5 and spec["obs_dim"] == 28
+        printed = "".join(capsys.readouterr().out.split())  # rich wraps long lines
+        assert f"(+{name}.json)" in printed and "max|exported−act|" in printed
+    for fmt, name in (("onnx", "policy.onnx"), ("torchscript", "policy.pt")):  # each file its own description
+        spec = json.loads((run_dir / "export" / f"{name}.json").read_text())
+        assert spec["format"] == fmt and spec["task"] == "arm-reach" and spec["action_dim"] == 5
+        assert spec["obs_dim"] == 28 and spec["n_obs_steps"] == 0 and spec["act_steps"] == spec["chunk_len"] == 1
+        features = spec["observation"]["obs"]["features"]  # the task's names, in observation order
+        assert features[:2] == ["q1", "q2"] and features[-3:] == ["goal-tcp.x", "goal-tcp.y", "goal-tcp.z"]
+        assert spec["action"]["meaning"].startswith("control_mode ee_delta_topdown, per step: a[:3]: the TCP")
 
 
 def test_resume_can_extend_a_finished_run(run_dir):
@@ -140,8 +146,10 @@ def test_the_bc_recipe_trains_evaluates_films_and_exports(tmp_path, capsys):
     assert (run / "checkpoints" / "latest.pt").exists() and list((run / "videos").glob("*.mp4"))
     assert (run / "plots" / "learning_curves.png").exists()
     assert main(["export", str(run), "--format", "onnx"]) == 0
-    spec = json.loads((run / "export" / "policy.json").read_text())
+    spec = json.loads((run / "export" / "policy.onnx.json").read_text())
     assert spec["chunk_len"] == 8 and spec["n_obs_steps"] == 2 and spec["inputs"]["obs"] == [2, 32]
+    assert spec["observation"]["obs"]["shape"] == ["B", 2, 32] and spec["history"]["order"] == "oldest_first"
+    assert len(spec["observation"]["obs"]["features"]) == 32
 
 
 def test_bc_dataset_problems_are_config_errors_on_bc_dataset(tmp_path, capsys):

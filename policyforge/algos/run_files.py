@@ -32,7 +32,7 @@ RUN_FOLDERS = {
     "videos": ("*.mp4",),  # eval_<steps>.mp4, eval_cli.mp4
     "plots": ("*.png",),
     "tensorboard": ("events.out.tfevents.*",),
-    "export": ("policy.*",),  # policyforge export / deploy: policy.onnx|.pt and policy.json
+    "export": ("policy.*",),  # policyforge export / deploy: policy.onnx|.pt and their policy.onnx|.pt.json
 }
 """Folders policyforge writes in a run directory, with the names of the files it writes in them."""
 

@@ -1,15 +1,20 @@
 """Export a policy's deterministic path (`act`, normaliser included) to ONNX or TorchScript, and check it.
 
 The exported graph maps observations (state [B, D] float32, or a history [B, T_o, D] and images [B, T_o, V, H, W, 3]
-uint8 for chunked policies) to action chunks [B, H, A] in [-1, 1]; a JSON file beside it says which inputs it
-expects and what the actions mean. A per-step residual's graph maps (obs [B, D], base_action [B, A]) to [B, 1, A];
-its base's graph is written beside it (`<name>_base.onnx`, named by "base" in the JSON), and a deployment runs
-the base's chunks and feeds each step's base action to the residual (`real_robot.deploy.ExportedPolicy`).
+uint8 for chunked policies) to action chunks [B, H, A] in [-1, 1]; the JSON beside each exported file
+(`policy.onnx.json`, `policy.pt.json`; `export_description`) says everything a deployer needs: the observation
+layout, the history and chunk semantics, what actions mean. Both formats refuse inputs of the wrong shape,
+naming the expected one (`export_inputs`). A per-step residual's graph maps (obs [B, D], base_action [B, A]) to
+[B, 1, A]; its base's graph is written beside it (`<name>_base.onnx`, named by "base" in the JSON), and a
+deployment runs the base's chunks and feeds each step's base action to the residual
+(`real_robot.deploy.ExportedPolicy`).
 
-`export_checked` is what `policyforge export` runs: the graph is written to a temporary directory, checked against
-`act` (finite, within the policy's tolerance) and only then moved into place, so a failed export leaves no file a
-deployment could pick up. The description records the graph's sha256 and where the policy came from (`"source"`:
-the checkpoint file and its sha256), so that a deployment can tell an export that is out of date (`stale_reason`).
+`export_checked` is the checked export: the graph is written to a temporary directory, checked against `act` on
+observations spread like the training data (`check_observations`: finite, within the policy's tolerance) and only
+then moved into place, so a failed export leaves no file a deployment could pick up. `export_run` exports a
+training run's policy that way (`policyforge export`, and `policyforge deploy` of a run, in-process). The
+description records the graph's sha256 and where the policy came from (`"source"`: the checkpoint file and its
+sha256), so that a deployment can tell an export that is out of date (`stale_reason`).
 """
 
 from __future__ import annotations
@@ -31,7 +36,15 @@ from torch import nn
 from policyforge.errors import UserError
 from policyforge.io import atomic_path
 from policyforge.policies.base import Obs, Policy
-from policyforge.policies.chunked import IMAGE_KEY
+from policyforge.policies.export_description import (
+    GRAPH_INPUT,
+    DescriptionError,
+    describe,
+    description_file,
+    description_path,
+    load_description,
+)
+from policyforge.policies.export_inputs import checked_session, checked_torchscript, torchscript_error
 from policyforge.policies.residual import BASE_ACTION_KEY, ResidualPolicy
 
 log = logging.getLogger(__name__)
@@ -66,10 +79,6 @@ class ExportError(UserError):
     """An export that cannot be trusted (non-finite actions, outputs that differ from `act`) or is out of date."""
 
 
-INPUT_NAMES = {IMAGE_KEY: "image", BASE_ACTION_KEY: "base_action"}
-"""Graph input name of each observation key; the policy's state is called "obs"."""
-
-
 def input_names(policy: Policy) -> list[str]:
     """The observation keys `act` reads, in graph-input order."""
     return list(policy.example_obs(1))
@@ -89,8 +98,9 @@ class ActGraph(nn.Module):
 
 
 def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | None = None) -> Path:
-    """Write the graph to `path` (atomically) and its description to `path` with suffix .json. Chunked
-    policies are exported with their whole deterministic sampler (a fixed number of steps) inside."""
+    """Write the graph to `path` (atomically) and its description beside it (`description_path`: `<name>.json`).
+    Chunked policies are exported with their whole deterministic sampler (a fixed number of steps) inside.
+    `metadata`: what the policy was trained on (`run_metadata`), written into the description."""
     path = Path(path)
     base = {}
     if isinstance(policy, ResidualPolicy) and policy.per_step:
@@ -98,14 +108,15 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
         export(policy.base, base_path, fmt, metadata)
         base = {"base": base_path.name}
     graph = ActGraph(policy).eval()
-    example = tuple(policy.example_obs(2).values())
-    names = [INPUT_NAMES.get(key, "obs") for key in graph.keys]
+    example_obs = policy.example_obs(2)
+    example = tuple(example_obs.values())
+    names = [GRAPH_INPUT.get(key, "obs") for key in graph.keys]
     with torch.no_grad(), atomic_path(path) as tmp:
         if fmt == "torchscript":
             with warnings.catch_warnings():  # deprecated in favour of torch.export, still what C++ deploys load
                 warnings.simplefilter("ignore", DeprecationWarning)
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                traced = torch.jit.freeze(torch.jit.trace(graph, example))
+                traced = checked_torchscript(torch.jit.trace(graph, example), list(example), names)
                 torch.jit.save(traced, str(tmp))
         elif fmt == "onnx":
             batch = torch.export.Dim("batch", min=1)
@@ -122,24 +133,15 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
             )
         else:
             raise ValueError(f"unknown export format {fmt!r}; use onnx or torchscript")
-    spec = {
-        **policy.export_spec(),
-        "format": fmt,
-        "obs_dim": int(example[0].shape[-1]),
-        "inputs": {name: [*value.shape[1:]] for name, value in zip(names, example, strict=True)},
-        "input": "obs [B, ...] float32 (state, normalised inside); image [B, ...] uint8 for image policies",
-        "output": "action [B, chunk_len, action_dim] in [-1, 1]",
-        "graph_sha256": file_sha256(path),
-        **base,
-        **(metadata or {}),
-    }
-    with atomic_path(path.with_suffix(".json")) as tmp:
-        tmp.write_text(json.dumps(spec, indent=2) + "\n")
+    spec = {**describe(policy, fmt, example_obs, metadata), "graph_sha256": file_sha256(path), **base}
+    with atomic_path(description_path(path)) as tmp:
+        tmp.write_text(json.dumps(spec, indent=2) + "\n")  # ASCII (\u escapes): read in any locale
     return path
 
 
 def load_exported(path: Path) -> Callable[..., np.ndarray]:
-    """A callable (obs, image?) numpy arrays → actions [B, H, A] (numpy) running the exported file."""
+    """A callable (obs, image?) numpy arrays → actions [B, H, A] (numpy) running the exported file; an input of
+    the wrong shape or dtype raises ValueError naming the file, the input and its expected shape."""
     path = Path(path)
     if path.suffix == ".onnx":
         import onnxruntime
@@ -148,12 +150,18 @@ def load_exported(path: Path) -> Callable[..., np.ndarray]:
         options.intra_op_num_threads = 1  # batch-1 control: extra threads only spin against the control loop
         options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        names = [i.name for i in session.get_inputs()]
-        return lambda *inputs: session.run(None, dict(zip(names, inputs, strict=True)))[0]
+        return checked_session(session, path.name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         module = torch.jit.load(str(path))
-    return lambda *inputs: module(*(torch.as_tensor(x) for x in inputs)).numpy()
+
+    def run(*inputs: np.ndarray) -> np.ndarray:
+        try:
+            return module(*(torch.as_tensor(x) for x in inputs)).numpy()
+        except torch.jit.Error as err:  # the graph's input check: its message is the error's last line
+            raise torchscript_error(err, path.name) from None
+
+    return run
 
 
 @torch.no_grad()
@@ -167,6 +175,67 @@ def max_export_error(policy: Policy, path: Path, obs: Obs) -> float:
 def run_exported(path: Path, policy: Policy, obs: Obs) -> np.ndarray:
     """The exported graph's actions [B, H, A] for a batch of observations (the keys `policy.act` reads)."""
     return np.asarray(load_exported(path)(*(obs[key].numpy() for key in input_names(policy))))
+
+
+def check_observations(policy: Policy, batch: int = 256) -> Obs:
+    """Observations to check an export with, spread like the training data: the state drawn from the
+    normaliser's statistics (zeros-centred unit noise without one), images uniform over 0-255, a per-step
+    residual's base action uniform over [-1, 1]. Seeded: the same policy gets the same observations."""
+    generator = torch.Generator().manual_seed(0)
+    obs = policy.example_obs(batch)
+    for key, example in obs.items():
+        if example.dtype == torch.uint8:
+            obs[key] = torch.randint(0, 256, example.shape, generator=generator, dtype=torch.uint8)
+        elif key == BASE_ACTION_KEY:
+            obs[key] = torch.rand(example.shape, generator=generator) * 2 - 1
+        elif key == policy.obs_key:
+            obs[key] = torch.randn(example.shape, generator=generator)
+            normalizer = getattr(policy, "normalizer", None)
+            if normalizer is not None and normalizer.enabled:
+                obs[key] = normalizer.mean.float() + normalizer.var.sqrt().float() * obs[key]
+    return obs
+
+
+def run_metadata(config: Any, env: Any) -> dict[str, Any]:
+    """What a run's policy was trained on, for its export's description (`export_description.describe`): the
+    task, its control period and options, the cameras of image observations, and from a policyforge task the
+    policy observation's feature names and what an action commands. `config`: the run's `RunConfig`; `env`:
+    an env made from it."""
+    from policyforge.sims.task import Task
+
+    metadata = {"task": config.sim.task, "control_dt": env.control_dt, "task_options": config.sim.task_options}
+    if config.sim.image.cameras:
+        metadata["cameras"] = list(config.sim.image.cameras)
+    task = getattr(env, "task", None)  # the policyforge backends' task; `gym:` envs have none
+    if isinstance(task, Task):
+        metadata |= {"obs_features": task.observation_names(), "action_meaning": task.action_meaning()}
+    return metadata
+
+
+def export_run(
+    run_dir: Path, fmt: Format, out: Path | None = None, checkpoint: Path | None = None
+) -> tuple[Path, float, str]:
+    """Export a training run's policy, checked (`export_checked` on `check_observations`), from `checkpoint`
+    (default: `run_checkpoint`) to `out` (default: RUN/export/policy.onnx|.pt), described with `run_metadata`
+    and its source. Returns the exported file, the largest |exported − act| and where the policy came from
+    (for messages); ExportError, with nothing written, when the policy or its export cannot be trusted. What
+    `policyforge export` runs, and `policyforge deploy` of a run whose export is missing or out of date."""
+    from policyforge.algos.runner import load_run
+
+    run_dir = Path(run_dir)
+    checkpoint_file = Path(checkpoint) if checkpoint else run_checkpoint(run_dir)
+    source = describe_source(checkpoint_file, run_dir) if checkpoint_file.is_file() else None  # before loading
+    config, policy, env = load_run(run_dir, str(checkpoint) if checkpoint else None, 1)
+    try:
+        metadata = run_metadata(config, env)
+    finally:
+        env.close()
+    if source is not None:
+        metadata["source"] = source
+    out = Path(out) if out else run_dir / "export" / f"policy{SUFFIX[fmt]}"
+    origin = f"{run_dir} ({source['checkpoint'] if source else checkpoint_file})"
+    error = export_checked(policy, out, fmt, check_observations(policy), metadata, source=origin)
+    return out, error, origin
 
 
 @torch.no_grad()
@@ -201,10 +270,24 @@ def export_checked(
                 f"{what}the exported {fmt} graph's actions differ from act() by {error:.2e} "
                 f"> {policy.export_tolerance:.0e}; nothing was written to {path}"
             )
-        # descriptions last: a crash part-way leaves a graph whose description does not list its sha256 (stale)
-        for staged_file in sorted(Path(staging).iterdir(), key=lambda f: (f.suffix == ".json", f.stem == path.stem)):
+        # descriptions last, this graph's the very last: a crash part-way leaves a graph whose description does
+        # not list its sha256 (stale)
+        main = description_path(path).name
+        for staged_file in sorted(Path(staging).iterdir(), key=lambda f: (f.suffix == ".json", f.name == main)):
             os.replace(staged_file, path.parent / staged_file.name)
+    _remove_superseded_description(path, fmt)
     return error
+
+
+def _remove_superseded_description(path: Path, fmt: Format) -> None:
+    """Delete the `<stem>.json` an older policyforge wrote for the graph just replaced at `path` (same format):
+    it describes a graph that is gone. One describing the other format's graph is that graph's: kept."""
+    legacy = path.with_suffix(".json")
+    try:
+        if json.loads(legacy.read_text()).get("format") == fmt:
+            legacy.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _not_finite(policy: Policy, actions: np.ndarray) -> str:
@@ -260,18 +343,18 @@ def stale_reason(path: Path, checkpoint: Path, run_dir: Path | None = None) -> s
     path = Path(path)
     spec = _description(path)
     if spec is None:
-        return f"{path.with_suffix('.json').name} is missing or unreadable"
+        return f"{description_path(path).name} is missing or unreadable"
     for graph in [path] + ([path.with_name(spec["base"])] if spec.get("base") else []):
         recorded = (_description(graph) or {}).get("graph_sha256")
         if recorded is None:
-            return f"{graph.with_suffix('.json').name} records no graph_sha256 (an export of an older policyforge)"
+            return f"{description_file(graph).name} records no graph_sha256 (an export of an older policyforge)"
         if not graph.is_file() or file_sha256(graph) != recorded:
             return (
                 f"{graph.name} is missing or is not the graph its description was written for (an interrupted export?)"
             )
     source = spec.get("source")
     if not isinstance(source, dict):
-        return f"{path.with_suffix('.json').name} records no checkpoint it was made from (an older export)"
+        return f"{description_file(path).name} records no checkpoint it was made from (an older export)"
     current = describe_source(checkpoint, run_dir)
     if (source.get("checkpoint"), source.get("sha256")) != (current["checkpoint"], current["sha256"]):
         return (
@@ -282,9 +365,8 @@ def stale_reason(path: Path, checkpoint: Path, run_dir: Path | None = None) -> s
 
 
 def _description(path: Path) -> dict[str, Any] | None:
-    """The JSON description beside an exported graph, None when it is missing or unreadable."""
+    """The JSON description beside an exported graph, None when it is missing, unreadable or another file's."""
     try:
-        spec = json.loads(Path(path).with_suffix(".json").read_text())
-    except (OSError, ValueError):
+        return load_description(path)
+    except DescriptionError:
         return None
-    return spec if isinstance(spec, dict) else None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 from pathlib import Path
 
 import mujoco
@@ -13,6 +12,7 @@ import numpy as np
 
 from policyforge.errors import UserError
 from policyforge.policies.export import file_sha256, load_exported
+from policyforge.policies.export_description import DescriptionError, description_file, load_description
 from policyforge.real_robot.robot import Command, RobotState
 from policyforge.sims.task import TaskState, asset_path
 from policyforge.sims.tasks.arm import FINGER_OPEN, HOME_QPOS
@@ -28,11 +28,13 @@ class NonFiniteObservation(ValueError):
 
 
 class ExportedPolicy:
-    """An exported policy (ONNX or TorchScript, see `policyforge export`) as obs [D] → action [A]: keeps the
-    observation history of chunked policies and executes `act_steps` actions of each chunk, like the
-    simulator's `ChunkedActor`; a per-step residual runs its base's exported chunks and corrects each action.
-    A non-finite observation raises `NonFiniteObservation` (the normaliser inside would clamp it into a
-    finite, plausible action); a graph answering with another action size raises ValueError."""
+    """An exported policy (ONNX or TorchScript, see `policyforge export`) as obs [D] → action [A], driven as its
+    description says (`policies.export_description`), like the simulator's `ChunkedActor`: it keeps the last
+    n_obs_steps observations, oldest first, the first of an episode repeated, and executes act_steps actions of
+    each chunk; a per-step residual runs its base's exported chunks and corrects each action. A non-finite
+    observation raises `NonFiniteObservation` (the normaliser inside would clamp it into a finite, plausible
+    action); an observation of another size raises ValueError naming the expected shape, as does a graph
+    answering with another action size."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -82,7 +84,7 @@ class ExportedPolicy:
         except Exception as err:
             raise DeployError(
                 f"{where} fails on an observation of size {obs_dim} although its description "
-                f"({self.path.with_suffix('.json').name}) says it takes that size: {_one_line(err)}; export it again"
+                f"({description_file(self.path).name}) says it takes that size: {_one_line(err)}; export it again"
             ) from None
         finally:
             self.reset()
@@ -111,18 +113,18 @@ class ExportedPolicy:
 
 
 def read_description(path: Path) -> dict:
-    """The JSON description `policyforge export` writes beside `path`, checked: it parses, names the sizes the
-    graph takes and answers, and (when it records one) the graph's sha256 matches the file, so a graph replaced
-    or damaged after export is refused before anything runs it. DeployError naming the file otherwise."""
-    description = path.with_suffix(".json")
-    fix = "export it again with `policyforge export RUN` (it writes both files)"
+    """The JSON description `policyforge export` writes beside `path` (`<file name>.json`; an older export's
+    `<stem>.json` when it describes this file's format: `policies.export_description.load_description`),
+    checked: it parses, names the sizes the graph takes and answers, and (when it records one) the graph's
+    sha256 matches the file, so a graph replaced or damaged after export is refused before anything runs it.
+    DeployError naming the file otherwise."""
     try:
-        spec = json.loads(description.read_text())
-    except FileNotFoundError:
-        raise DeployError(f"{description} is missing: {fix}") from None
-    except (OSError, ValueError) as err:
-        raise DeployError(f"{description} is not a readable export description ({_one_line(err)}): {fix}") from None
-    if not isinstance(spec, dict) or not isinstance(spec.get("action_dim"), int):
+        spec = load_description(path)
+    except DescriptionError as err:
+        raise DeployError(str(err)) from None
+    description = description_file(path)
+    fix = "export it again with `policyforge export RUN` (it writes both files)"
+    if not isinstance(spec.get("action_dim"), int):
         raise DeployError(f"{description} does not record the policy's action_dim: {fix}")
     if not path.is_file():
         raise DeployError(f"{path} is missing: {fix}")

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from policyforge.config import ConfigError, check
-from policyforge.policies.export import run_checkpoint, saturated_share, saturation_warning, stale_reason
+from policyforge.errors import UserError
+from policyforge.policies.export import export_run, run_checkpoint, saturated_share, saturation_warning, stale_reason
 from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter, read_description
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
@@ -124,9 +125,10 @@ class DeployConfig:
 
 
 def resolve_policy(source: Path, say: Callable[[str], None] = print) -> Path:
-    """The exported policy file of `source`: the file itself, or a run's export/policy.onnx, exported again when it
-    is missing or not the export of the run's current checkpoint (`policies.export.stale_reason`). `say` is told
-    which export runs, and why a run was exported again."""
+    """The exported policy file of `source`: the file itself, or a run's export/policy.onnx, exported again (in this
+    process, checked: `policies.export.export_run`) when it is missing or not the export of the run's current
+    checkpoint (`policies.export.stale_reason`). `say` is told which export runs, and why a run was exported
+    again."""
     source = Path(source)
     if source.is_file():
         _describe_export(source, say)
@@ -139,11 +141,10 @@ def resolve_policy(source: Path, say: Callable[[str], None] = print) -> Path:
     reason = stale_reason(exported, checkpoint, source) if exported.is_file() else "no export yet"
     if reason is not None:
         say(f"exporting {source} to {exported} ({reason})")
-        command = [sys.executable, "-m", "policyforge.cli", "export", str(source), "--format", "onnx"]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:  # the export's own message (a NaN policy, an unusable checkpoint) says why
-            output = done.stdout.strip() or done.stderr.strip()[-2000:]
-            raise DeployError(f"exporting {source} failed, nothing was deployed:\n{output}")
+        try:
+            export_run(source, "onnx", exported)
+        except (UserError, FileNotFoundError) as err:  # its message (a NaN policy, an unusable checkpoint) says why
+            raise DeployError(f"exporting {source} failed, nothing was deployed:\n{err}") from None
         reason = stale_reason(exported, checkpoint, source)
         if reason is not None:
             raise DeployError(f"{exported} is still not the export of {checkpoint} after exporting it: {reason}")

@@ -169,6 +169,15 @@ class Task(abc.ABC):
         """Observations: `policy` [N, D] (what a real robot senses), `critic` [N, Dc] (privileged)."""
 
     @abc.abstractmethod
+    def observation_names(self) -> list[str]:
+        """Names of the D features of `observe(...)["policy"]` [N, D], in order, with any scaling the task applies
+        (e.g. `FR_hip.vel*0.05`): what an exported policy's description tells a deployer."""
+
+    @abc.abstractmethod
+    def action_meaning(self) -> str:
+        """What an action [A] in [-1, 1] commands, in words, with this config's scales (`control` described)."""
+
+    @abc.abstractmethod
     def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
         """Reward [N] after a step, and its named terms {name: [N]}."""
 

@@ -15,6 +15,7 @@ from policyforge.policies.chunked import ChunkConfig
 from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policyforge.policies.export import export
+from policyforge.policies.export_description import description_path
 from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.residual import ResidualConfig, ResidualPolicy
 from policyforge.policies.rollout import ChunkedActor
@@ -198,7 +199,7 @@ def test_per_step_residual_corrects_every_action_of_its_bases_chunks(tmp_path):
         torch.testing.assert_close(action, (base_action + 0.3 * mean[:, 0]).clamp(-1, 1))
         assert (action - base_action).abs().max() > 1e-2  # the correction is not nothing
     path = export(policy, tmp_path / "policy.onnx", "onnx")
-    assert json.loads(path.with_suffix(".json").read_text())["base"] == "policy_base.onnx"
+    assert json.loads(description_path(path).read_text())["base"] == "policy_base.onnx"
     deployed = ExportedPolicy(path)
     for obs, action in zip(observations, actions, strict=True):  # env 1 runs without a restart
         np.testing.assert_allclose(deployed(obs[1].numpy()), action[1].numpy(), atol=1e-5)

@@ -10,6 +10,7 @@ from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policyforge.policies.encoders import EncoderConfig
 from policyforge.policies.export import export, max_export_error
+from policyforge.policies.export_description import description_path
 from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
 from policyforge.policies.residual import BASE_ACTION_KEY, ResidualConfig, ResidualPolicy
@@ -213,6 +214,6 @@ def test_export_reproduces_act(policy, fmt, suffix, tmp_path, request):
     obs = observations(policy)
     policy.eval()
     path = export(policy, tmp_path / f"policy{suffix}", fmt, {"task": "test"})
-    assert path.with_suffix(".json").exists()
+    assert description_path(path).exists()
     assert max_export_error(policy, path, observations(policy, 500, seed=4, fit_normalizer=False)) <= tolerance
     assert max_export_error(policy, path, {k: v[:1] for k, v in obs.items()}) <= tolerance  # batch size 1 too

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from policyforge.cli import ESTOP_EXIT, main
-from policyforge.policies.export import file_sha256
+from policyforge.policies.export import export, file_sha256
+from policyforge.policies.export_description import description_path
 from policyforge.real_robot.deploy import ExportedPolicy, NonFiniteObservation, QuadrupedAdapter
 from policyforge.real_robot.go2 import Go2, Go2Config
 from policyforge.real_robot.launch import DeployConfig, deploy, resolve_policy
@@ -69,8 +71,9 @@ def test_deploy_refuses_a_policy_of_another_task(capsys):
 
 
 def constant_export(path: Path, value: float, obs_dim: int = 45, action_dim: int = 12, described_obs_dim=None) -> Path:
-    """An exported quadruped-walk policy (ONNX + description) whose action is `value` in every entry, whatever it
-    observes; its description may claim another observation size (`described_obs_dim`) than the graph takes."""
+    """An exported quadruped-walk policy (ONNX + its description, `<file>.json`) whose action is `value` in every
+    entry, whatever it observes; its description may claim another observation size (`described_obs_dim`) than
+    the graph takes."""
     weights = numpy_helper.from_array(np.zeros((obs_dim, action_dim), np.float32), "weights")
     bias = numpy_helper.from_array(np.full(action_dim, value, np.float32), "bias")
     shape = numpy_helper.from_array(np.array([-1, 1, action_dim], np.int64), "shape")
@@ -86,7 +89,7 @@ def constant_export(path: Path, value: float, obs_dim: int = 45, action_dim: int
     described = described_obs_dim or obs_dim
     spec = {"obs_key": "policy", "action_dim": action_dim, "chunk_len": 1, "format": "onnx", "obs_dim": described}
     spec |= {"inputs": {"obs": [described]}, "task": "quadruped-walk", "control_dt": 0.02, "task_options": {}}
-    path.with_suffix(".json").write_text(json.dumps(spec))
+    description_path(path).write_text(json.dumps(spec))
     return path
 
 
@@ -110,7 +113,8 @@ def test_an_export_of_another_observation_size_is_refused_before_connecting(tmp_
     if described:
         assert "takes observations of size 28, but the go2 adapter builds observations of size 45" in printed
     else:  # the description lies: running the graph once on the adapter's size shows it
-        assert "fails on an observation of size 45" in printed and "Got: 45 Expected: 28" in printed
+        assert "fails on an observation of size 45" in printed
+        assert "wrong.onnx: input 'obs' must be [B, 28] float32 (B ≥ 1), got [1, 45] float32" in printed
     assert time.monotonic() - started < 30  # no peer started, no robot connected, no 10 s run
 
 
@@ -210,10 +214,10 @@ def test_a_policy_that_raises_is_logged_and_named_as_the_cause(go2_peer, tmp_pat
         report = ControlLoop(robot, SafetyFilter(robot.spec), policy, adapter, config).run()
     assert report.final_mode == "estop" and report.interventions["policy_error"] >= 20
     assert report.estop_cause.startswith("stale_command after ")
-    assert "policy_error: InvalidArgument: [ONNXRuntimeError]" in report.estop_cause
-    assert "Got: 45 Expected: 28" in report.estop_cause and "Got: 45 Expected: 28" in report.causes["policy_error"]
+    expected = "wrong.onnx: input 'obs' must be [B, 28] float32 (B ≥ 1), got [1, 45] float32"
+    assert f"policy_error: ValueError: {expected}" in report.estop_cause and expected in report.causes["policy_error"]
     logged = [r for r in caplog.records if r.name == "policyforge.loop" and "policy_error" in r.getMessage()]
-    assert logged and "Got: 45 Expected: 28" in logged[0].getMessage()
+    assert logged and expected in logged[0].getMessage()
     assert logged[0].exc_info is not None  # the first one with its traceback
 
 
@@ -243,7 +247,12 @@ def save_new_checkpoint(run: Path, change) -> Path:
     return run / "checkpoints" / "latest.pt"
 
 
-def test_deploy_exports_a_run_again_when_its_checkpoint_changed(reach_run):
+def test_deploy_exports_a_run_again_when_its_checkpoint_changed(reach_run, monkeypatch):
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"deploy started a process to export: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_subprocess)  # the export runs in this process
+    monkeypatch.setattr(subprocess, "Popen", no_subprocess)
     said = []
     exported = resolve_policy(reach_run, said.append)
     assert exported == reach_run / "export" / "policy.onnx" and said[0].startswith("exporting")
@@ -258,7 +267,7 @@ def test_deploy_exports_a_run_again_when_its_checkpoint_changed(reach_run):
     resolve_policy(reach_run, said.append)
     assert said[0].startswith(f"exporting {reach_run} to {exported} (it was exported from checkpoints/latest.pt")
     assert f"the run's checkpoint is now checkpoints/latest.pt (sha256 {file_sha256(latest)[:12]}…)" in said[0]
-    spec = json.loads(exported.with_suffix(".json").read_text())
+    spec = json.loads(description_path(exported).read_text())
     assert spec["source"]["sha256"] == file_sha256(latest)
     assert not np.allclose(ExportedPolicy(exported)(obs), before)  # the new weights run
 
@@ -320,3 +329,30 @@ def test_an_export_that_is_not_a_graph_is_refused_naming_the_file(tmp_path, caps
         "torn": "garbage.json is not a readable export description",
     }[described]
     assert expected in printed and "Traceback" not in printed, printed
+
+
+def test_an_older_shared_description_of_the_other_format_is_refused(tmp_path, capsys):
+    """Before one description per file, policy.onnx and policy.pt shared policy.json: the last export's."""
+    from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
+
+    policy = GaussianPolicy(45, 12, GaussianConfig(hidden=[16])).eval()
+    metadata = {"task": "quadruped-walk", "control_dt": 0.02, "task_options": {}}
+    onnx_path = export(policy, tmp_path / "policy.onnx", "onnx", metadata)
+    torchscript_path = export(policy, tmp_path / "policy.pt", "torchscript", metadata)
+    description_path(torchscript_path).rename(tmp_path / "policy.json")
+    description_path(onnx_path).unlink()
+    assert ExportedPolicy(torchscript_path).spec["format"] == "torchscript"  # read: it describes this file
+    assert main(["deploy", str(onnx_path), "--robot", "go2", "--peer", "sim"]) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "policy.json describes a torchscript export, not policy.onnx (onnx)" in printed, printed
+    assert "export it again with `policyforge export RUN` (it writes policy.onnx and policy.onnx.json)" in printed
+
+
+def test_the_shipped_exports_of_an_older_policyforge_still_deploy():
+    """tests/real_robot/assets hold exports with the older `<stem>.json` descriptions (format onnx)."""
+    for path in (GO2_POLICY, ASSETS / "arm-reach-policy.onnx"):
+        assert not description_path(path).exists() and path.with_suffix(".json").exists()
+        policy = ExportedPolicy(path)
+        assert policy.spec["format"] == "onnx" and policy(np.zeros(policy.obs_dim, np.float32)).shape == (
+            policy.action_dim,
+        )

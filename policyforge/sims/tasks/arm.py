@@ -226,6 +226,24 @@ class ArmTask(Task):
         fingers = self.sensor(sensordata, "finger_left_pos") + self.sensor(sensordata, "finger_right_pos")
         return xp.concatenate([self.sensor.group(sensordata, POLICY_SENSORS, xp), fingers], axis=1)
 
+    def proprioception_names(self) -> list[str]:
+        """Names of `proprioception`'s 22 features."""
+        joints = [f"q{i}" for i in range(1, 8)] + [f"dq{i}" for i in range(1, 8)]
+        return [*joints, *(f"tcp_pos.{a}" for a in "xyz"), *(f"tcp_quat.{a}" for a in "wxyz"), "finger_opening"]
+
+    def action_meaning(self) -> str:
+        config = self.config
+        moves = {
+            "joint_delta": f"a[:7]: each joint's target moves by a · {config.joint_speed_fraction:g} · its velocity "
+            f"limit · {config.control_dt:g} s",
+            "ee_delta_pose": f"a[:3]: the TCP target moves by a · {config.ee_step:g} m, a[3:6]: rotates by the "
+            f"rotation vector a · {config.ee_rot_step:g} rad (world frame; differential IK follows it)",
+            "ee_delta_topdown": f"a[:3]: the TCP target moves by a · {config.ee_step:g} m (world frame), a[3]: its "
+            f"yaw by a · {config.ee_rot_step:g} rad, pointing down (differential IK follows it)",
+        }[config.control_mode]
+        gripper = f"a[-1]: each finger at (a + 1) · {FINGER_OPEN / 2:g} m (-1 closed, +1 open)"
+        return f"control_mode {config.control_mode}, per step: {moves}; {gripper}"
+
     def tcp_pos(self, state: TaskState) -> Array:
         return self.sensor(state.phys["sensordata"], "tcp_pos")
 

@@ -20,6 +20,11 @@ CUBE_XY_LOW, CUBE_XY_HIGH = np.array([0.4, -0.15]), np.array([0.6, 0.15])
 """Where cubes start on the table, m."""
 
 
+def _xyz(name: str) -> list[str]:
+    """Feature names of a vector [3] in the world frame (m)."""
+    return [f"{name}.{axis}" for axis in "xyz"]
+
+
 def _closeness(distance: Array, xp: Xp, scale: float = 5.0) -> Array:
     """1 at zero distance, falling smoothly towards 0: 1 − tanh(scale · d)."""
     return 1.0 - xp.tanh(scale * distance)
@@ -54,6 +59,9 @@ class ArmReach(ArmTask):
         goal = state.vars["goal"]
         obs = xp.concatenate([self.proprioception(state, xp), goal, goal - self.tcp_pos(state)], axis=1)
         return {"policy": obs, "critic": obs}
+
+    def observation_names(self) -> list[str]:
+        return [*self.proprioception_names(), *_xyz("goal"), *_xyz("goal-tcp")]
 
     def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
         distance = self._distance(state, xp)
@@ -105,6 +113,10 @@ class ArmPushCube(ArmTask):
         obs = xp.concatenate([self.proprioception(state, xp), cube, cube_quat, goal, cube - tcp, goal - cube], axis=1)
         touch = xp.stack(self.touching(state), axis=1).astype(obs.dtype)
         return {"policy": obs, "critic": xp.concatenate([obs, touch], axis=1)}
+
+    def observation_names(self) -> list[str]:
+        cube = [*_xyz("cube_pos"), *(f"cube_quat.{a}" for a in "wxyz")]
+        return [*self.proprioception_names(), *cube, *_xyz("goal"), *_xyz("cube-tcp"), *_xyz("goal-cube")]
 
     def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
         cube, goal, tcp = self.cube_pos(state), state.vars["goal"], self.tcp_pos(state)
@@ -168,6 +180,10 @@ class ArmLiftCube(ArmTask):
         obs = xp.concatenate([self.proprioception(state, xp), cube, cube_quat, cube - tcp], axis=1)
         touch = xp.stack(self.touching(state), axis=1).astype(obs.dtype)
         return {"policy": obs, "critic": xp.concatenate([obs, touch], axis=1)}
+
+    def observation_names(self) -> list[str]:
+        cube = [*_xyz("cube_pos"), *(f"cube_quat.{a}" for a in "wxyz")]
+        return [*self.proprioception_names(), *cube, *_xyz("cube-tcp")]
 
     def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
         grasped = self.grasped(state, xp).astype(action.dtype)

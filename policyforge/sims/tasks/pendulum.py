@@ -65,6 +65,12 @@ class PendulumSwingup(Task):
         obs = xp.stack([xp.cos(angle), xp.sin(angle), speed / self.config.max_speed], axis=1)
         return {"policy": obs, "critic": obs}
 
+    def observation_names(self) -> list[str]:
+        return ["cos(angle)", "sin(angle)", "angular_velocity/max_speed"]
+
+    def action_meaning(self) -> str:
+        return "a[0]: motor torque a·4 N·m about the hinge (angle 0 is upright)"
+
     def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
         angle, speed = self._angle(state, xp)
         terms = {

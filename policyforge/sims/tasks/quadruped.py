@@ -197,6 +197,27 @@ class QuadrupedWalk(Task):
         ]
         return {"policy": policy, "critic": xp.concatenate([policy, *privileged], axis=1)}
 
+    def observation_names(self) -> list[str]:
+        """`policy_observation`'s 45 features; joints in motor order (FR, FL, RR, RL × hip, thigh, calf)."""
+        joints = [name.removesuffix("_joint") for name in JOINT_NAMES]
+        return [
+            *(f"gyro.{axis}*0.25" for axis in "xyz"),
+            *(f"projected_gravity.{axis}" for axis in "xyz"),
+            "command.vx",
+            "command.vy",
+            "command.yaw_rate",
+            *(f"{joint}.pos-stand" for joint in joints),
+            *(f"{joint}.vel*0.05" for joint in joints),
+            *(f"last_action.{joint}" for joint in joints),
+        ]
+
+    def action_meaning(self) -> str:
+        return (
+            f"PD position targets of the 12 joints in motor order (FR, FL, RR, RL × hip, thigh, calf): "
+            f"clip(stand_pose + {self.config.action_scale:g} rad · a, joint range), stand_pose = "
+            f"{STAND_QPOS.tolist()} rad (`joint_targets`)"
+        )
+
     def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
         cfg, sensordata = self.config, state.phys["sensordata"]
         command = state.vars["command"]
