@@ -81,7 +81,7 @@ class ExportError(UserError):
 
 def input_names(policy: Policy) -> list[str]:
     """The observation keys `act` reads, in graph-input order."""
-    return list(policy.example_obs(1))
+    return list(policy.obs_keys)
 
 
 class ActGraph(nn.Module):
@@ -109,7 +109,7 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
         base = {"base": base_path.name}
     graph = ActGraph(policy).eval()
     example_obs = policy.example_obs(2)
-    example = tuple(example_obs.values())
+    example = tuple(example_obs[key] for key in graph.keys)
     names = [GRAPH_INPUT.get(key, "obs") for key in graph.keys]
     with torch.no_grad(), atomic_path(path) as tmp:
         if fmt == "torchscript":

@@ -59,17 +59,9 @@ def description_path(path: Path) -> Path:
 
 
 def rollout_layout(policy: Policy) -> dict[str, int]:
-    """How `policy` is driven between decisions: n_obs_steps (T_o; 0 = no history axis), chunk_len (H) and
-    act_steps (executed actions per chunk; H when the policy does not say, as `rollout.ChunkedActor` does).
-    The one place the description reads them (today from `export_spec()`; the `Policy` contract's attributes
-    once every class has them)."""
-    spec = policy.export_spec()
-    chunk_len = int(spec["chunk_len"])
-    return {
-        "chunk_len": chunk_len,
-        "act_steps": int(spec.get("act_steps") or chunk_len),
-        "n_obs_steps": int(spec.get("n_obs_steps") or 0),
-    }
+    """How `policy` is driven between decisions (the `Policy` contract): n_obs_steps (T_o; 0 = no history axis),
+    chunk_len (H) and act_steps (executed actions per chunk)."""
+    return {"chunk_len": policy.chunk_len, "act_steps": policy.act_steps, "n_obs_steps": policy.n_obs_steps}
 
 
 def describe(
