@@ -24,11 +24,11 @@ from torch import nn
 
 from policyforge.algos.base import Algorithm, StepCallback, select
 from policyforge.algos.gae import gae, group_relative_advantages
-from policyforge.algos.normalization import ReturnScaler
 from policyforge.algos.ppo_config import PPOConfig
 from policyforge.config import check
 from policyforge.policies.base import Chain, Obs, Policy
 from policyforge.policies.critics import ValueFunction
+from policyforge.policies.normalizer import ReturnScaler
 from policyforge.policies.rollout import history_for
 from policyforge.sims.vec_env import VecEnv
 

@@ -118,7 +118,7 @@ def test_ppo_knows_no_policy_class():
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     policy_modules = {p.stem for p in Path(ppo_module.__file__).parents[1].joinpath("policies").glob("*.py")}
     used = {m.split(".")[-1] for m in imported if m.startswith("policyforge.policies")}
-    assert used <= {"base", "critics", "rollout"}
+    assert used <= {"base", "critics", "normalizer", "rollout"}
     assert {"diffusion", "flow", "gaussian", "residual"} <= policy_modules
 
 
