@@ -174,12 +174,12 @@ def test_bench_runs_scripts_of_bench_only(capsys):
     import tempfile
     from pathlib import Path
 
-    from policyforge.cli import SOURCE_ROOT
+    from policyforge import bench
 
     with tempfile.TemporaryDirectory(prefix="pfbench") as directory:  # no '-' in the path: NAME maps - to _
         marker, outside = Path(directory) / "ran", Path(directory) / "outside.py"
         outside.write_text(f"open({str(marker)!r}, 'w').close()\n")
-        relative = "../" * (len(SOURCE_ROOT.joinpath("bench").parts) - 1) + str(outside.with_suffix(""))[1:]
+        relative = "../" * (len(Path(bench.__file__).parent.parts) - 1) + str(outside.with_suffix(""))[1:]
         assert main(["bench", relative]) == 2
         assert not marker.exists()
     assert "no benchmark" in capsys.readouterr().out
