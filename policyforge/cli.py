@@ -6,6 +6,7 @@ policyforge train --resume RUN_DIR                    continue a run from its la
 policyforge eval RUN_DIR [--video]                    deterministic evaluation of a run's policy
 policyforge export RUN_DIR --format onnx|torchscript  export the policy (normaliser inside), checked
 policyforge bench NAME [args ...]                     run a benchmark (policyforge/bench/NAME.py)
+policyforge config show RECIPE [key=value ...]        a recipe's resolved config, every field's docstring above it
 policyforge envs                                      list the tasks
 policyforge tour [key=value ...]                      scripted controllers on every task, with videos
 policyforge collect TASK --episodes N [options]       scripted-expert demonstrations → LeRobot v3.0 dataset
@@ -27,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from policyforge.config import ConfigError, load
+from policyforge.config import ConfigError, commented, load
 from policyforge.errors import DISK_FULL, UserError
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,17 @@ def find_recipe(name: str) -> Path:
         for place in (candidate, Path("configs") / candidate, SOURCE_ROOT / "configs" / candidate):
             if place.is_file():
                 return place
-    raise ConfigError("config", f"no recipe {name!r}; recipes live in configs/ (e.g. configs/{DEMO_RECIPE})")
+    known = sorted({p.stem for folder in (Path("configs"), SOURCE_ROOT / "configs") for p in folder.glob("*.yaml")})
+    raise ConfigError(
+        "config", f"no recipe {name!r}; give a YAML path or the name of a recipe in configs/: {', '.join(known)}"
+    )
+
+
+def _config_show(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.algos.runner import RunConfig
+
+    config = load(RunConfig, find_recipe(args.recipe), args.overrides)
+    print(commented(config), end="")  # plain text, not rich: YAML that loads again, brackets and all
 
 
 def _train(args: argparse.Namespace, console: Console) -> None:
@@ -381,6 +392,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("name")
     bench.add_argument("args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_bench)
+    configs = commands.add_parser("config", help="inspect recipes").add_subparsers(dest="config_command", required=True)
+    show = configs.add_parser("show", help="a recipe's resolved config as YAML, every field's docstring above it")
+    show.add_argument("recipe", help="a recipe in configs/ by name (e.g. arm-reach-ppo) or a YAML file")
+    show.add_argument("overrides", nargs="*", help="key=value overrides, as train takes them")
+    show.set_defaults(run=_config_show)
     commands.add_parser("envs", help="list the tasks").set_defaults(run=_envs)
     tour = commands.add_parser("tour", help="scripted controllers on every task, with videos")
     tour.add_argument("--config", default=None, help="YAML file of TourConfig fields (configs/tour.yaml)")
