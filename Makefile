@@ -1,8 +1,9 @@
-# The two README commands: `make demo` (main job) and `make test`. Both set up .venv on first use.
+# The README commands: `make demo` (main job), `make test` (everything; CI) and `make test-fast` (the inner loop:
+# the tests not marked slow). All set up .venv on first use.
 PY := .venv/bin/python
 STAMP := .venv/.installed
 
-.PHONY: demo test lint setup
+.PHONY: demo test test-fast lint setup
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml scripts/setup.sh
@@ -15,6 +16,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	.venv/bin/ruff check policyforge tests bench
 	.venv/bin/python -m pytest -q
+
+test-fast: $(STAMP)
+	.venv/bin/ruff check policyforge tests bench
+	.venv/bin/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	.venv/bin/ruff format --check policyforge tests bench

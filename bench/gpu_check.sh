@@ -16,7 +16,7 @@ fi
 export POLICYFORGE_JAX_CACHE=/tmp/jax_cache
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import jax, mujoco; print('jax', jax.__version__, jax.devices(), 'mujoco', mujoco.__version__)" | tee -a "$OUT/gpu.txt"
-timeout 270 python3 bench/mjx_scaling.py --task quadruped-walk --batches 1024 4096 16384 \
+timeout 270 python3 -m policyforge.bench.mjx_scaling --task quadruped-walk --batches 1024 4096 16384 \
   --native-batches 256 --seconds 4 2>&1 | tee "$OUT/mjx_scaling.txt"
 # the learner stays on the CPU (its GPU path is not built yet): observations come to the host through DLPack
 timeout 200 python3 -c "import sys; from policyforge.cli import main; sys.exit(main())" train \

@@ -5,7 +5,8 @@ policyforge train CONFIG.yaml [key=value ...]         train a recipe
 policyforge train --resume RUN_DIR                    continue a run from its latest checkpoint
 policyforge eval RUN_DIR [--video]                    deterministic evaluation of a run's policy
 policyforge export RUN_DIR --format onnx|torchscript  export the policy (normaliser inside), checked
-policyforge bench NAME [args ...]                     run bench/NAME.py from the source checkout
+policyforge bench NAME [args ...]                     run a benchmark (policyforge/bench/NAME.py)
+policyforge config show RECIPE [key=value ...]        a recipe's resolved config, every field's docstring above it
 policyforge envs                                      list the tasks
 policyforge tour [key=value ...]                      scripted controllers on every task, with videos
 policyforge collect TASK --episodes N [options]       scripted-expert demonstrations → LeRobot v3.0 dataset
@@ -18,6 +19,7 @@ Exit status: 0 done; 2 a user error (the message names the flag, field or file);
 from __future__ import annotations
 
 import argparse
+import pkgutil
 import re
 import runpy
 import sys
@@ -26,19 +28,31 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from policyforge.config import ConfigError, load
+from policyforge.config import ConfigError, commented, load
 from policyforge.errors import DISK_FULL, UserError
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 DEMO_RECIPE = "arm-reach-ppo.yaml"
 
 
-def _find_config(name: str) -> Path:
-    """A recipe by path, or by name in ./configs or the source checkout's configs/."""
-    for candidate in (Path(name), Path("configs") / name, SOURCE_ROOT / "configs" / name):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError("config", f"no recipe {name!r}; recipes live in configs/ (e.g. configs/{DEMO_RECIPE})")
+def find_recipe(name: str) -> Path:
+    """A recipe by path, or by name (`.yaml` optional) in ./configs or the source checkout's configs/."""
+    names = (name, f"{name}.yaml") if not name.endswith((".yaml", ".yml")) else (name,)
+    for candidate in (Path(n) for n in names):
+        for place in (candidate, Path("configs") / candidate, SOURCE_ROOT / "configs" / candidate):
+            if place.is_file():
+                return place
+    known = sorted({p.stem for folder in (Path("configs"), SOURCE_ROOT / "configs") for p in folder.glob("*.yaml")})
+    raise ConfigError(
+        "config", f"no recipe {name!r}; give a YAML path or the name of a recipe in configs/: {', '.join(known)}"
+    )
+
+
+def _config_show(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.algos.runner import RunConfig
+
+    config = load(RunConfig, find_recipe(args.recipe), args.overrides)
+    print(commented(config), end="")  # plain text, not rich: YAML that loads again, brackets and all
 
 
 def _train(args: argparse.Namespace, console: Console) -> None:
@@ -53,7 +67,7 @@ def _train(args: argparse.Namespace, console: Console) -> None:
             raise ConfigError(
                 "config", "give a recipe (policyforge train configs/<task>-<algo>.yaml) or --resume RUN_DIR"
             )
-        config = load(RunConfig, _find_config(args.config), args.overrides)
+        config = load(RunConfig, find_recipe(args.config), args.overrides)
         runner = Runner.start(config, console)
         console.print(f"run directory: {runner.run_dir}")
     _report(console, runner.train(), runner.run_dir)
@@ -64,7 +78,7 @@ def _demo(args: argparse.Namespace, console: Console) -> None:
     from policyforge.algos import run_files
     from policyforge.algos.runner import RunConfig, Runner
 
-    config = load(RunConfig, _find_config(DEMO_RECIPE), ["name=demo", *args.overrides])
+    config = load(RunConfig, find_recipe(DEMO_RECIPE), ["name=demo", *args.overrides])
     lock = run_files.reclaim(config.run_dir, "demo")  # starts afresh, deleting only a previous demo run's files
     runner = Runner.start(config, console, "demo", lock)
     console.print(
@@ -127,15 +141,20 @@ def _export(args: argparse.Namespace, console: Console) -> None:
     )
 
 
+def benchmarks() -> list[str]:
+    """The modules of `policyforge.bench` (installed with the package), by module name."""
+    from policyforge import bench
+
+    return sorted(module.name for module in pkgutil.iter_modules(bench.__path__) if not module.name.startswith("_"))
+
+
 def _bench(args: argparse.Namespace, console: Console) -> None:
-    scripts = {p.stem: p for p in (SOURCE_ROOT / "bench").glob("*.py")}  # a name, never a path: bench/ only
-    script = scripts.get(args.name.replace("-", "_"))
-    if script is None:
-        raise ConfigError(
-            "bench", f"no benchmark {args.name!r} in {SOURCE_ROOT / 'bench'}; available: {sorted(scripts)}"
-        )
-    sys.argv = [str(script), *args.args]
-    runpy.run_path(str(script), run_name="__main__")
+    module = args.name.replace("-", "_")
+    if module not in benchmarks():  # a name, never a path: only the modules of policyforge.bench run
+        names = [name.replace("_", "-") for name in benchmarks()]
+        raise ConfigError("bench", f"no benchmark {args.name!r} in policyforge/bench/; available: {names}")
+    sys.argv = [module, *args.args]  # run_module sets argv[0] to the file
+    runpy.run_module(f"policyforge.bench.{module}", run_name="__main__", alter_sys=True)
 
 
 def _envs(args: argparse.Namespace, console: Console) -> None:
@@ -341,10 +360,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     exporting.add_argument("--checkpoint", default=None, help="checkpoint file (default: latest)")
     exporting.set_defaults(run=_export)
-    bench = commands.add_parser("bench", help="run a benchmark from bench/ (e.g. env-throughput, ppo-vs-sb3)")
+    bench = commands.add_parser("bench", help="run a benchmark of policyforge/bench/ (e.g. env-throughput)")
     bench.add_argument("name")
     bench.add_argument("args", nargs=argparse.REMAINDER)
     bench.set_defaults(run=_bench)
+    configs = commands.add_parser("config", help="inspect recipes").add_subparsers(dest="config_command", required=True)
+    show = configs.add_parser("show", help="a recipe's resolved config as YAML, every field's docstring above it")
+    show.add_argument("recipe", help="a recipe in configs/ by name (e.g. arm-reach-ppo) or a YAML file")
+    show.add_argument("overrides", nargs="*", help="key=value overrides, as train takes them")
+    show.set_defaults(run=_config_show)
     commands.add_parser("envs", help="list the tasks").set_defaults(run=_envs)
     tour = commands.add_parser("tour", help="scripted controllers on every task, with videos")
     tour.add_argument("--config", default=None, help="YAML file of TourConfig fields (configs/tour.yaml)")

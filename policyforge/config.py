@@ -249,6 +249,35 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def commented(config: Any, width: int = 100) -> str:
+    """`config` (a dataclass instance) as YAML with each field's docstring above it as comments: what `policyforge
+    config show` prints, and loadable again. It walks the instance, not a declared type, so a section whose
+    dataclass is chosen at load time shows that dataclass' fields and docstrings."""
+    lines: list[str] = []
+    _commented(config, "", width, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _commented(config: Any, indent: str, width: int, lines: list[str]) -> None:
+    docs: dict[str, str] = {}
+    for cls in reversed(type(config).__mro__):  # a subclass' docstring of a field wins over its base's
+        if dataclasses.is_dataclass(cls):
+            docs.update(field_docs(cls))
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        section = dataclasses.is_dataclass(value) and not isinstance(value, type)
+        if section and not indent and lines:
+            lines.append("")
+        doc = " ".join(docs.get(field.name, "").split())
+        lines += [f"{indent}# {line}" for line in textwrap.wrap(doc, max(width - len(indent) - 2, 40))]
+        if section:
+            lines.append(f"{indent}{field.name}:")
+            _commented(value, indent + "  ", width, lines)
+        else:
+            text = yaml.safe_dump(to_dict(value), default_flow_style=True, width=math.inf, allow_unicode=True)
+            lines.append(f"{indent}{field.name}: {text.removesuffix(chr(10)).removesuffix(chr(10) + '...')}")
+
+
 @functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
     """The resolved field types of a dataclass (resolving string annotations is most of what loading costs)."""

@@ -182,12 +182,42 @@ def test_bench_runs_scripts_of_bench_only(capsys):
     import tempfile
     from pathlib import Path
 
-    from policyforge.cli import SOURCE_ROOT
+    from policyforge import bench
 
     with tempfile.TemporaryDirectory(prefix="pfbench") as directory:  # no '-' in the path: NAME maps - to _
         marker, outside = Path(directory) / "ran", Path(directory) / "outside.py"
         outside.write_text(f"open({str(marker)!r}, 'w').close()\n")
-        relative = "../" * (len(SOURCE_ROOT.joinpath("bench").parts) - 1) + str(outside.with_suffix(""))[1:]
+        relative = "../" * (len(Path(bench.__file__).parent.parts) - 1) + str(outside.with_suffix(""))[1:]
         assert main(["bench", relative]) == 2
         assert not marker.exists()
     assert "no benchmark" in capsys.readouterr().out
+
+
+def test_config_show_prints_the_resolved_config_with_every_docstring(capsys):
+    import yaml
+
+    from policyforge.algos.ppo_config import PPOConfig
+    from policyforge.algos.runner import RunConfig
+    from policyforge.config import field_docs, from_dict, load
+    from policyforge.sims import SimConfig
+
+    assert main(["config", "show", "arm-reach-ppo", "sim.num_envs=8", "ppo.gamma=0.97"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for field, docs in (
+        ("  num_envs: 8", field_docs(SimConfig)["num_envs"]),
+        ("  gamma: 0.97", field_docs(PPOConfig)["gamma"]),
+    ):
+        at = lines.index(field)
+        comment = []
+        while lines[at - 1 - len(comment)].lstrip().startswith("#"):
+            comment.insert(0, lines[at - 1 - len(comment)].strip().removeprefix("# "))
+        assert " ".join(comment) == " ".join(docs.split())
+    assert "sim:" in lines and "  task: arm-reach" in lines  # the recipe's value, inside its section
+    resolved = load(RunConfig, "configs/arm-reach-ppo.yaml", ["sim.num_envs=8", "ppo.gamma=0.97"])
+    assert from_dict(RunConfig, yaml.safe_load("\n".join(lines))) == resolved  # the printout is the config
+
+
+def test_config_show_of_an_unknown_recipe_names_the_recipes_there_are(capsys):
+    assert main(["config", "show", "arm-reach-pop"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no recipe 'arm-reach-pop'" in out and "arm-reach-ppo" in out

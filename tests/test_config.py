@@ -1,30 +1,43 @@
-"""Typed configs: YAML + overrides, and errors that name the field path and what is allowed."""
+"""Typed configs: YAML + overrides, and errors that name the field path and what is allowed — on the run config
+that `policyforge train` loads (`algos/runner.py`)."""
 
 import dataclasses
 
 import pytest
 
+from policyforge.algos.ppo_config import PPOConfig
+from policyforge.algos.runner import RunConfig, RunnerConfig
 from policyforge.config import ConfigError, field_docs, from_dict, load, to_dict
-from policyforge.sims import RandomizationConfig, SimConfig
+from policyforge.sims import SimConfig
 
-
-@dataclasses.dataclass
-class RunConfig:
-    """A run: a simulation and a seed."""
-
-    sim: SimConfig = dataclasses.field(default_factory=SimConfig)
-    """The simulation."""
-    seed: int = 0
-    """Random seed."""
+RECIPE = """\
+sim:
+  task: arm-reach
+  num_envs: 8
+  randomization:
+    friction: [0.5, 1.5]
+ppo:
+  gamma: 0.95
+  rollout_steps: 16
+runner:
+  eval_envs: 4
+seed: 3
+"""
 
 
 def test_yaml_and_overrides(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("sim:\n  task: arm-reach\n  num_envs: 8\n  randomization:\n    friction: [0.5, 1.5]\nseed: 3\n")
-    cfg = load(RunConfig, path, ["sim.num_envs=32", "sim.task_options.control_mode=joint_delta"])
+    path.write_text(RECIPE)
+    overrides = ["sim.num_envs=32", "sim.task_options.control_mode=joint_delta", "runner.total_env_steps=4096"]
+    cfg = load(RunConfig, path, overrides)
     assert cfg.sim.task == "arm-reach" and cfg.sim.num_envs == 32 and cfg.seed == 3
     assert cfg.sim.randomization.friction == (0.5, 1.5)
     assert cfg.sim.task_options == {"control_mode": "joint_delta"}
+    assert (
+        cfg.ppo.gamma == 0.95 and cfg.ppo.rollout_steps == 16 and cfg.ppo.gae_lambda == PPOConfig().gae_lambda
+    )  # the rest: defaults
+    assert cfg.runner.eval_envs == 4 and cfg.runner.total_env_steps == 4096
+    assert cfg.runner.checkpoint_every == RunnerConfig().checkpoint_every
     assert from_dict(RunConfig, to_dict(cfg)) == cfg
 
 
@@ -45,10 +58,18 @@ def test_bad_values_fail_with_the_field_path(override, message):
         load(RunConfig, None, [override])
 
 
-def test_every_field_is_documented():
-    for cls in (SimConfig, RandomizationConfig, RunConfig):
-        names = {f.name for f in dataclasses.fields(cls)}
-        assert set(field_docs(cls)) == names, cls
+def test_every_field_of_the_run_config_is_documented():
+    """Every section the default run config holds, however deep (walked on the instance, as `config show` does)."""
+    sections, seen = [RunConfig()], []
+    while sections:
+        config = sections.pop()
+        seen.append(type(config))
+        docs = {}
+        for cls in reversed(type(config).__mro__[:-1]):
+            docs.update(field_docs(cls) if dataclasses.is_dataclass(cls) else {})
+        assert set(docs) == {f.name for f in dataclasses.fields(config)}, type(config)
+        sections += [v for f in dataclasses.fields(config) if dataclasses.is_dataclass(v := getattr(config, f.name))]
+    assert {RunConfig, SimConfig, PPOConfig, RunnerConfig} <= set(seen)
 
 
 def test_every_task_option_is_documented():
@@ -105,10 +126,8 @@ def test_exponent_floats_without_a_dot_are_numbers():
     ],
 )
 def test_numeric_fields_are_range_checked_with_the_field_path(override, message):
-    from policyforge.algos.runner import RunConfig as FullRunConfig
-
     with pytest.raises(ConfigError, match=message):
-        load(FullRunConfig, None, [override])
+        load(RunConfig, None, [override])
 
 
 def test_malformed_yaml_names_the_file_and_line(tmp_path, capsys):
@@ -157,14 +176,13 @@ def test_task_options_are_checked_at_load():
 def test_eval_refuses_a_non_positive_env_count(tmp_path, capsys):
     from rich.console import Console
 
-    from policyforge.algos.runner import RunConfig as FullRunConfig
     from policyforge.algos.runner import Runner
     from policyforge.cli import main
 
     settings = {"name": "tiny", "out_dir": str(tmp_path), "sim": {"num_envs": 2}, "policy": {"hidden": [8]}}
     settings.update({"ppo": {"rollout_steps": 4, "critic_hidden": [8], "minibatches": 2}})
     settings["runner"] = {"total_env_steps": 8, "eval_envs": 2, "video": "none", "tensorboard": False}
-    runner = Runner.start(from_dict(FullRunConfig, settings), Console(quiet=True))
+    runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
     runner.train()
     runner.close()
     for envs in ("0", "-3"):
@@ -177,11 +195,10 @@ def test_eval_refuses_a_non_positive_env_count(tmp_path, capsys):
 def test_an_unknown_video_camera_is_refused_before_training(tmp_path):
     from rich.console import Console
 
-    from policyforge.algos.runner import RunConfig as FullRunConfig
     from policyforge.algos.runner import Runner
 
     settings = {"name": "tiny", "out_dir": str(tmp_path), "sim": {"num_envs": 2}, "policy": {"hidden": [8]}}
     settings["runner"] = {"total_env_steps": 8, "video_camera": "no-such-camera", "tensorboard": False}
     with pytest.raises(ConfigError, match=r"^runner.video_camera: unknown camera 'no-such-camera'; pendulum-swingup"):
-        Runner.start(from_dict(FullRunConfig, settings), Console(quiet=True))
+        Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
     assert not list((tmp_path / "tiny").glob("checkpoints/*.pt"))

@@ -1,8 +1,7 @@
-"""bench/robustness.py's own logic: how outcomes are classified, and a few cheap probes run through it end to end."""
+"""policyforge/bench/robustness.py's own logic: how outcomes are classified, and a few cheap probes run through it
+end to end."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("robustness_under_test", ROOT / "bench" / "robustness.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    from policyforge.bench import robustness
+
+    return robustness
 
 
 @pytest.fixture
 def kit(bench):
-    return sys.modules["robustness_kit"]
+    from policyforge.bench import robustness_kit
+
+    return robustness_kit
 
 
 @pytest.fixture
@@ -89,7 +88,8 @@ def test_a_refused_override_runs_end_to_end_and_prints_the_summary_last(bench, c
 def test_a_malicious_checkpoint_is_built_to_run_code_when_unpickled(bench, kit, ctx):
     import pickle
 
-    probes = sys.modules["robustness_runs"]
+    from policyforge.bench import robustness_runs as probes
+
     path = probes.hostile_checkpoint(ctx, "evil.pt", "pickle")
     assert not ctx.marker.exists()
     pickle.loads(path.read_bytes())  # what an unsafe loader does

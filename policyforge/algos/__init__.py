@@ -1,1 +1,3 @@
-"""Learning algorithms (PPO for every policy class, SAC, BC, distillation) and the runner: next milestone."""
+"""Learning algorithms and the training runner: PPO for every policy class (DPPO, ReinFlow, Flow-SDE, residual RL),
+SAC, behaviour cloning, GAE, the replay buffer, evaluation, checkpoints, logs and plots. Modules are imported directly
+(e.g. `from policyforge.algos.runner import Runner`)."""

@@ -24,12 +24,12 @@ from torch import nn
 
 from policyforge.algos.base import Algorithm, StepCallback, select
 from policyforge.algos.gae import gae, group_relative_advantages
-from policyforge.algos.normalization import ReturnScaler
 from policyforge.algos.ppo_config import PPOConfig
 from policyforge.algos.registry import AlgorithmEntry, register_algorithm
 from policyforge.config import ConfigError, check, check_in
 from policyforge.policies.base import Chain, Obs, Policy
 from policyforge.policies.critics import ValueFunction
+from policyforge.policies.normalizer import ReturnScaler
 from policyforge.sims.vec_env import VecEnv
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import torch
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.rollout import ChunkedActor
 from policyforge.sims.task import TaskState
-from policyforge.sims.tasks.arm import ArmTask, grasp_yaw, tcp_yaw
+from policyforge.sims.tasks.arm_base import ArmTask, grasp_yaw, tcp_yaw
 from policyforge.sims.tasks.arm_tasks import CUBE_HALF, ArmLiftCube, ArmPushCube, ArmReach
 from policyforge.sims.xmath import quat_rotate, wrap_angle
 

@@ -1,5 +1,6 @@
-"""Policies behind one sampler contract (policies/base.py): Gaussian, diffusion, flow-matching and residual
-policies, each a module that registers its config class (`policy: {class: NAME, ...}`); the observation history
-and chunk execution that drive any of them in a VecEnv (history.py, rollout.py); export to ONNX / TorchScript."""
+"""Policies behind one contract (`base.Policy`): Gaussian, diffusion, flow matching and residual policies — each a
+module that registers its config class (`policy: {class: NAME, ...}`) — their denoisers, observation encoders and
+critics, the observation normaliser, the input state and chunk execution that drive any of them in a VecEnv
+(history.py, rollout.py), and ONNX / TorchScript export."""
 
 from policyforge.policies import diffusion, flow, gaussian, residual  # noqa: F401  (register the policy classes)

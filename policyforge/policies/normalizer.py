@@ -1,4 +1,9 @@
-"""Running mean/variance observation normaliser, a module so that it is saved with and exported inside the model."""
+"""Normalisation by running statistics, in one place.
+
+- `RunningNormalizer`: observations, a module so that it is saved with and exported inside the model.
+- `ReturnScaler`: PPO's reward scaling by the running standard deviation of the discounted return (as SB3's
+  VecNormalize); it keeps its statistics in a `RunningNormalizer` and lives outside the model (checkpointed by PPO).
+"""
 
 from __future__ import annotations
 
@@ -38,3 +43,28 @@ class RunningNormalizer(nn.Module):
             return x
         mean, std = self.mean.to(x.dtype), torch.sqrt(self.var + self.eps).to(x.dtype)
         return torch.clamp((x - mean) / std, -self.clip, self.clip)
+
+
+class ReturnScaler:
+    """r / std(R) with R = γ R + r per env, reset at episode ends. Shapes: [N]."""
+
+    def __init__(self, num_envs: int, gamma: float, enabled: bool = True, clip: float = 10.0):
+        self.gamma, self.enabled, self.clip = gamma, enabled, clip
+        self.returns = torch.zeros(num_envs, dtype=torch.float64)
+        self.stats = RunningNormalizer(1)
+
+    def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return reward
+        self.returns = self.returns * self.gamma + reward.to(torch.float64)
+        self.stats.update(self.returns[:, None])
+        self.returns[done] = 0.0
+        std = torch.sqrt(self.stats.var[0] + self.stats.eps)
+        return (reward / std.to(reward.dtype)).clamp(-self.clip, self.clip)
+
+    def state_dict(self) -> dict:
+        return {"returns": self.returns.clone(), "stats": self.stats.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.returns = state["returns"].clone()
+        self.stats.load_state_dict(state["stats"])

@@ -15,7 +15,7 @@ from policyforge.policies.export import file_sha256, load_exported
 from policyforge.policies.export_description import DescriptionError, description_file, load_description
 from policyforge.real_robot.robot import Command, RobotState
 from policyforge.sims.task import TaskState, asset_path
-from policyforge.sims.tasks.arm import FINGER_OPEN, HOME_QPOS
+from policyforge.sims.tasks.arm_base import FINGER_OPEN, HOME_QPOS
 from policyforge.sims.tasks.quadruped import JOINT_NAMES, STAND_QPOS, QuadrupedConfig, joint_targets, policy_observation
 
 

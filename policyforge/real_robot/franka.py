@@ -19,7 +19,7 @@ import numpy as np
 from policyforge.real_robot import netbind
 from policyforge.real_robot.realtime import scheduling_kept
 from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
-from policyforge.sims.tasks.arm import ARM_JOINTS, VELOCITY_LIMITS
+from policyforge.sims.tasks.arm_base import ARM_JOINTS, VELOCITY_LIMITS
 from policyforge.sims.tasks.arm_tasks import ArmReach
 
 FR3_LOW = np.array([-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159])

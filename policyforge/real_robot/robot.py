@@ -1,4 +1,4 @@
-"""The driver contract every real robot implements (ARCHITECTURE.md, Contract 5).
+"""The driver contract every real robot implements.
 
 A driver turns the robot's own protocol into three things: a `RobotSpec` (joints, limits, rate, the safe
 command), `observe()` → `RobotState` and `send(Command)` → the command actually sent. It never decides what is

@@ -11,7 +11,7 @@ from policyforge.config import ConfigError, check_bounds, check_in, from_dict
 
 MAX_ENVS = 65_536
 """Most environments in one batch (sim.num_envs, runner.eval_envs): 16× the largest batch the benchmarks run (4096 MJX
-envs, bench/mjx_scaling.py); more is a typo that exhausts memory."""
+envs, policyforge/bench/mjx_scaling.py); more is a typo that exhausts memory."""
 MAX_THREADS = 1024
 """Most threads of the simulator or of torch; more than any machine has cores."""
 MAX_IMAGE_SIZE = 1024

@@ -1,6 +1,6 @@
 """Backend parity: run the native and the MJX env of one task from identical initial states (and physical
-parameters) with identical actions, and measure how far their trajectories drift apart (`bench/mjx_parity.py`,
-`tests/sims/test_mjx.py`; also a check for a new task's MJX port)."""
+parameters) with identical actions, and measure how far their trajectories drift apart
+(`policyforge/bench/mjx_parity.py`, `tests/sims/test_mjx.py`; also a check for a new task's MJX port)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The weak start: flow and diffusion policies cloned from hesitant demonstrations 
 30% of the time), evaluated on episodes of 1.2 s, too short for a hesitant arm. PPO on the dense reward teaches
 them to move without pausing; the return (and mostly the success) rises. The residual (which PPO trains alone,
 whatever the base) is shown on a weak Gaussian base. The full-size comparison, residuals on diffusion and flow
-bases included, on the sparse-reward cube tasks is bench/finetune_table.py.
+bases included, on the sparse-reward cube tasks is policyforge/bench/finetune_table.py.
 """
 
 import pytest

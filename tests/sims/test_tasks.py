@@ -7,7 +7,7 @@ import torch
 
 from policyforge.config import ConfigError
 from policyforge.sims import SimConfig, make_env, make_task
-from policyforge.sims.tasks.arm import HOME_QPOS
+from policyforge.sims.tasks.arm_base import HOME_QPOS
 from policyforge.sims.tasks.quadruped import JOINT_NAMES
 
 # Franka Emika Panda: modified-DH rows (a, d, alpha) and joint limits from Franka's documentation

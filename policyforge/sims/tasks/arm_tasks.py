@@ -1,4 +1,4 @@
-"""`arm-reach`, `arm-push-cube`, `arm-lift-cube` on the Panda-kinematics arm (see `tasks/arm.py`).
+"""`arm-reach`, `arm-push-cube`, `arm-lift-cube` on the Panda-kinematics arm (see `tasks/arm_base.py`).
 
 Dense rewards are shaped progress in [0, 1] and equal 1 on success, so dense and sparse returns compare.
 """
@@ -11,7 +11,7 @@ import numpy as np
 
 from policyforge.config import check_bounds, check_in
 from policyforge.sims.task import Array, ResetState, Sampler, TaskState, Xp
-from policyforge.sims.tasks.arm import ArmConfig, ArmTask
+from policyforge.sims.tasks.arm_base import ArmConfig, ArmTask
 from policyforge.sims.xmath import yaw_quat
 
 CUBE_HALF = 0.02

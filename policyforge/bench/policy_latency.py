@@ -5,7 +5,7 @@ Policies have their default sizes for arm-lift-cube (state 32, action 5): Gaussi
 flow: MLP denoiser 3×256, 2 observations, chunks of 8. Each figure is the median and p99 over `--calls`
 calls of `act` (the deterministic sampler with its fixed number of steps) after a warm-up.
 
-    python bench/policy_latency.py [--calls 2000]
+    policyforge bench policy-latency [--calls 2000]
 
 The last line is JSON {"latency_ms": {key: eager median}, "onnx_ms": {key: median}, "targets": ...}.
 """

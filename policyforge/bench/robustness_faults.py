@@ -1,4 +1,4 @@
-"""Probes of `bench/robustness.py`, part 2: damaged datasets, SIGKILL loops, a full disk (a file-size limit), and
+"""Probes of `robustness.py`, part 2: damaged datasets, SIGKILL loops, a full disk (a file-size limit), and
 hostile policies and observations on deploy against the simulated Go2."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 import shutil
 from pathlib import Path
 
-from robustness_kit import Ctx, Probe, Verdict, kill_after, read_json, refused, registrar, variant
-from robustness_probes import LONGER, recipe
+from policyforge.bench.robustness_kit import Ctx, Probe, Verdict, kill_after, read_json, refused, registrar, variant
+from policyforge.bench.robustness_probes import LONGER, recipe
 
 PROBES: list[Probe] = []
 

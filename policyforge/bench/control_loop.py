@@ -3,7 +3,7 @@ low-level rate; the exported quadruped-walk policy at 50 Hz, through the safety 
 loopback), on an idle and on a loaded machine (one busy process per core, started and stopped here), each
 without and with the loop's real-time options (`LoopConfig`: CPU affinity, SCHED_FIFO, mlockall, GC frozen).
 
-    python bench/control_loop.py [--seconds 10] [--rate 500] [--priority 80] [--cpu LAST]
+    policyforge bench control-loop [--seconds 10] [--rate 500] [--priority 80] [--cpu LAST]
 
 Jitter = how late each tick wakes behind its deadline `start + k·period`; overruns = ticks that woke more than
 a period late and were skipped. "Idle" means no busy process of ours: the load average printed with each row

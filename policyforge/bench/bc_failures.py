@@ -4,7 +4,7 @@ reward terms at the end of failed against successful episodes.
 
 One episode per env (the first), seeded as `policyforge eval` seeds them; `act` unless said otherwise.
 
-    python bench/bc_failures.py RUN_DIR [--envs 100] [--seconds 6 9 12] [--noise 0.02 0.05 0.1 0.2]
+    policyforge bench bc-failures RUN_DIR [--envs 100] [--seconds 6 9 12] [--noise 0.02 0.05 0.1 0.2]
 
 Prints one table per question; the last line is JSON {"run", "success": {setting: rate}, "final_terms":
 {"failed": {term: mean}, "succeeded": {...}}}.

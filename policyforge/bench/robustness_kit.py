@@ -1,4 +1,4 @@
-"""What every probe of `bench/robustness.py` is built from: a fresh workspace per probe, the `policyforge` CLI run
+"""What every probe of `robustness.py` is built from: a fresh workspace per probe, the `policyforge` CLI run
 as a user would run it (a subprocess of the tree under test, with a time limit, optionally a file-size limit), the
 record of each run, the files a probe must not lose, and the rules that turn what happened into one class.
 

@@ -7,8 +7,8 @@ also learnt from the front camera's 48×48 images (+ state; one observation step
 Classes: Gaussian (H = 1), diffusion (DDIM 10 steps), rectified flow (10 Euler steps), shortcut model (1 and 4
 steps), MeanFlow (1 step); the chunked ones see 2 observations and predict 8 actions, 4 executed.
 
-    python bench/bc_table.py [--tasks arm-push-cube arm-lift-cube] [--episodes 30] [--steps 4000]
-                             [--image-task arm-lift-cube] [--out bench/results/bc]
+    policyforge bench bc-table [--tasks arm-push-cube arm-lift-cube] [--episodes 30] [--steps 4000]
+                               [--image-task arm-lift-cube] [--out bench/results/bc]
 
 Prints a table; the last line is JSON {"task", "success": {key: rate}, "demos", ...} for arm-lift-cube.
 """

@@ -1,4 +1,4 @@
-"""Probes of `bench/robustness.py`, part 3: deploy against the simulated Go2 — bad flags, hostile policies (NaN
+"""Probes of `robustness.py`, part 3: deploy against the simulated Go2 — bad flags, hostile policies (NaN
 and huge weights, the wrong observation size, a stale export), a robot reporting +inf — and the export checks that
 should stop such policies first.
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from robustness_kit import Ctx, Probe, Run, Verdict, digest, read_json, refused, registrar, variant
+from policyforge.bench.robustness_kit import Ctx, Probe, Run, Verdict, digest, read_json, refused, registrar, variant
 
 PROBES: list[Probe] = []
 GO2_POLICY = "tests/real_robot/assets/quadruped-walk-policy.onnx"

@@ -8,7 +8,7 @@ fresh temporary working directory, with a time limit — then checks the files i
 fixtures (a tiny finished PPO run, a longer reference run, a small dataset, a tiny quadruped run with its export)
 are built once and copied into each probe's directory.
 
-    python bench/robustness.py [--only SUBSTRING] [--jobs 2] [--keep] [--tree PATH]
+    policyforge bench robustness [--only SUBSTRING] [--jobs 2] [--keep] [--tree PATH]
 
 Prints a table; the last line is JSON {"probes", "clear_or_held", "bad", "data_loss", "code_execution"}, where
 bad = traceback + silent + data_loss + code_execution.
@@ -22,23 +22,24 @@ import dataclasses
 import json
 import re
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the probe modules beside this file
-
 from rich.console import Console
 from rich.table import Table
-from robustness_deploy import PROBES as DEPLOY_PROBES
-from robustness_faults import LONG_RUN, REACH
-from robustness_faults import PROBES as FAULT_PROBES
-from robustness_kit import GOOD, Ctx, Probe, Run, Verdict, worst
-from robustness_probes import PROBES as INPUT_PROBES
-from robustness_probes import recipe
-from robustness_runs import PROBES as RUN_PROBES
+
+from policyforge.bench.robustness_deploy import PROBES as DEPLOY_PROBES
+from policyforge.bench.robustness_faults import LONG_RUN, REACH
+from policyforge.bench.robustness_faults import PROBES as FAULT_PROBES
+from policyforge.bench.robustness_kit import GOOD, Ctx, Probe, Run, Verdict, worst
+from policyforge.bench.robustness_probes import PROBES as INPUT_PROBES
+from policyforge.bench.robustness_probes import recipe
+from policyforge.bench.robustness_runs import PROBES as RUN_PROBES
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The source checkout this file lies in (an installed package has no configs/ there: give --tree)."""
 
 PROBES: list[Probe] = [*INPUT_PROBES, *RUN_PROBES, *FAULT_PROBES, *DEPLOY_PROBES]
 TINY_RUN = ["sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2", "runner.total_env_steps=1024",
@@ -156,11 +157,11 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
     parser.add_argument("--only", default=None, help="run the probes whose name or group contains this")
     parser.add_argument("--jobs", type=int, default=1, help="probes run at once (each is its own processes)")
     parser.add_argument("--keep", action="store_true", help="keep every probe's directory (printed at the end)")
-    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1], help="checkout to probe")
+    parser.add_argument("--tree", type=Path, default=CHECKOUT, help="source checkout to probe (with configs/)")
     args = parser.parse_args(argv)
     tree = args.tree.resolve()
-    if not (tree / "policyforge" / "cli.py").is_file():
-        parser.error(f"--tree {tree} holds no policyforge/cli.py")
+    if not (tree / "policyforge" / "cli.py").is_file() or not (tree / "configs").is_dir():
+        parser.error(f"--tree {tree} holds no policyforge/cli.py and configs/: give a source checkout (--tree DIR)")
     only = (args.only or "").lower()
     probes = [p for p in PROBES if only in p.name.lower() or only in p.group.lower()]
     if not probes:

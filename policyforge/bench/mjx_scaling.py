@@ -4,7 +4,7 @@ Both go through the full VecEnv contract (task logic, auto-reset, episode statis
 random torch actions in), interleaved in one process. Batch sizes grow until the device runs out of
 memory. Compile time is reported apart (a second run of the same batch size reads JAX's disk cache).
 
-    python bench/mjx_scaling.py [--task quadruped-walk] [--batches 64 256 1024 4096] [--native-batches 64 256]
+    policyforge bench mjx-scaling [--task quadruped-walk] [--batches 64 256 1024 4096] [--native-batches 64 256]
 
 Prints a table; the last line is one JSON object {"device", "task", "best_batch", "mjx_sps", "native_sps",
 "ratio", ...} with ratio = best MJX steps/s / best native steps/s.

@@ -2,7 +2,7 @@
 reach the robot? The peer (`peers/go2_sim.py`, its own process, ordinary scheduling like everything else here)
 audits every command it receives against the motors' limits (torque, step, position, velocity, finite values).
 
-    python bench/deploy_under_load.py [--runs 3] [--seconds 10] [--busy CORES]
+    policyforge bench deploy-under-load [--runs 3] [--seconds 10] [--busy CORES]
 
 Each run is `launch.deploy` as the CLI calls it (export checks, peer start-up, connect, stand up, walk at 0.5 m/s),
 on a fresh peer, once with ordinary scheduling and once with `--realtime`. Prints a table; the last line is JSON
@@ -17,10 +17,10 @@ import logging
 import os
 from pathlib import Path
 
-from control_loop import DEFAULT_POLICY, busy_processes
 from rich.console import Console
 from rich.table import Table
 
+from policyforge.bench.control_loop import DEFAULT_POLICY, busy_processes
 from policyforge.real_robot.launch import DeployConfig, deploy
 
 

@@ -13,7 +13,7 @@ Reported per seed: env steps/s, final return (mean training-episode return over 
 and the wall time each needs to reach the lower of the two final returns (rolling mean of 10 episodes).
 The last line is JSON with `speedup_wall_to_return` = SB3's time to that return / ours (median over seeds).
 
-    python bench/ppo_vs_sb3.py [--steps 1000000] [--seeds 0 1 2] [--envs 8]
+    policyforge bench ppo-vs-sb3 [--steps 1000000] [--seeds 0 1 2] [--envs 8]
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@ from scratch.
 
 Each method is its config in configs/ (`<task>-dppo.yaml`, `-reinflow`, `-flow-sde`, `-residual-diffusion`,
 `-residual-flow`, `-ppo-scratch`), run through the same Runner as `policyforge train` with the same env-step
-budget and seeds. The fine-tuning methods start from the BC checkpoints of bench/bc_table.py (DDIM-10 diffusion
+budget and seeds. The fine-tuning methods start from the BC checkpoints of bc_table.py (DDIM-10 diffusion
 for DPPO, 10-step rectified flow for Flow-SDE, 4-step shortcut model for ReinFlow, residuals on the first two;
 trained here first when missing). Success is measured on `--eval-envs` deterministic episodes before training,
 every `--eval-every` env steps and at the end; "steps to 90%" is the first evaluation at ≥ 90% (mean over seeds
 of the seeds that got there; "-" when none did). Wall time is training time, evaluations excluded; with
 `--jobs 2` two runs share the machine's two cores, every method alike.
 
-    python bench/finetune_table.py [--tasks arm-lift-cube] [--seeds 0 1 2] [--steps 153600]
-                                   [--methods dppo reinflow ...] [--out bench/results/finetune]
+    policyforge bench finetune-table [--tasks arm-lift-cube] [--seeds 0 1 2] [--steps 153600]
+                                     [--methods dppo reinflow ...] [--out bench/results/finetune]
                                    [--jobs 2] [--set key=value ...]
 
 Prints a table and writes a plot; the last line is JSON {"task", "results": {method: {"before", "after",
@@ -38,9 +38,10 @@ from rich.table import Table
 
 from policyforge.algos import run_files
 from policyforge.algos.runner import RunConfig, Runner
+from policyforge.cli import find_recipe
 from policyforge.config import load
 
-METHODS = {  # key: (config suffix, bench/bc_table.py run it starts from)
+METHODS = {  # key: (config suffix, bc_table.py run it starts from)
     "dppo": ("dppo", "diffusion_ddim10"),
     "reinflow": ("reinflow", "shortcut_4"),
     "flow_sde": ("flow-sde", "flow_rf10"),
@@ -54,11 +55,21 @@ TIME_PARTS = ("sim", "act", "update")
 
 
 def ensure_bc_runs(task: str, methods: list[str]) -> None:
-    """Train the BC starting points with bench/bc_table.py if they are not there yet."""
+    """Train the BC starting points with bc_table.py if they are not there yet."""
     missing = sorted({METHODS[m][1] for m in methods if METHODS[m][1]} - {p.name[len(task) + 1 :] for p in
                      BC_RUNS.glob(f"{task}-*") if (p / "checkpoints" / "latest.pt").exists()})  # fmt: skip
     if missing:
-        command = [sys.executable, "bench/bc_table.py", "--tasks", task, "--keys", *missing, "--image-task", ""]
+        command = [
+            sys.executable,
+            "-m",
+            "policyforge.bench.bc_table",
+            "--tasks",
+            task,
+            "--keys",
+            *missing,
+            "--image-task",
+            "",
+        ]
         subprocess.run(command, check=True)
 
 
@@ -77,7 +88,7 @@ def run_one(task: str, method: str, seed: int, args) -> dict:
     if bc_key:
         overrides.append(f"init_policy={BC_RUNS / f'{task}-{bc_key}'}")
     overrides += args.set  # last, so they win
-    config = load(RunConfig, f"configs/{task}-{suffix}.yaml", overrides)
+    config = load(RunConfig, find_recipe(f"{task}-{suffix}.yaml"), overrides)
     lock = run_files.reclaim(config.run_dir, "bench")  # a previous run of this benchmark; refuses anything else
     runner = Runner.start(config, Console(quiet=True), "bench", lock)
     before = runner.evaluate()["eval/success"]

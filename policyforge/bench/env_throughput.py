@@ -9,7 +9,7 @@ For each task and batch size, side by side in one process, interleaved over seve
         functions (what a user would otherwise write).
 Throughput is in environment (control) steps per second. The last line is JSON for quadruped-walk at N=256.
 
-    python bench/env_throughput.py [--tasks quadruped-walk arm-push-cube] [--num-envs 64 256]
+    policyforge bench env-throughput [--tasks quadruped-walk arm-push-cube] [--num-envs 64 256]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ adapter unplugged), through the safety filter and the control loop, with the pee
 receives — the Go2 over DDS (500 Hz), a Feetech bus arm over a pseudo-terminal (30 Hz) and the Franka on
 franky-sim (25 Hz; audited where the driver hands commands to franky, as franky-sim cannot report them).
 
-    python bench/safety_fuzz.py [--robots go2 feetech ur franka] [--policy QUADRUPED.onnx] [--arm-policy ARM.onnx]
+    policyforge bench safety-fuzz [--robots go2 feetech ur franka] [--policy QUADRUPED.onnx] [--arm-policy ARM.onnx]
 
 Prints a table; the last line is JSON {"commands_sent", "unsafe_commands_reaching_peer", "faults_injected",
 "faults_handled"}.

@@ -4,7 +4,7 @@ Prints, per task, the largest joint-position, observation and reward differences
 steps (envs are compared until their first episode ends), whether terminated/truncated flags agreed, and the
 precision MJX ran at (float32 by default; `JAX_ENABLE_X64=1` for float64). Last line: one JSON object.
 
-    python bench/mjx_parity.py [--tasks ...] [--envs 8] [--steps 100]
+    policyforge bench mjx-parity [--tasks ...] [--envs 8] [--steps 100]
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ Trains `configs/quadruped-walk-ppo.yaml` (overridable), evaluating deterministic
 JSON line. Tracking error is |v_xy − command_xy| (m/s) and |ω_z − command_yaw| (rad/s) averaged over the
 evaluation episodes' steps.
 
-    python bench/learn_quadruped.py [--steps 20000000] [--eval-every 2000000] [key=value ...]
-    python bench/learn_quadruped.py --resume runs/bench/learn-quadruped-<id>   # after a kill: go on from there
+    policyforge bench learn-quadruped [--steps 20000000] [--eval-every 2000000] [key=value ...]
+    policyforge bench learn-quadruped --resume runs/bench/learn-quadruped-<id>   # after a kill: go on from there
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 
 from policyforge.algos.logger import read_metrics
 from policyforge.algos.runner import RunConfig, Runner
+from policyforge.cli import find_recipe
 from policyforge.config import load
 from policyforge.io import atomic_path
 
@@ -44,7 +45,7 @@ def main() -> None:
             f"runner.eval_every_steps={args.eval_every}",
             *args.overrides,
         ]
-        runner = Runner.start(load(RunConfig, "configs/quadruped-walk-ppo.yaml", overrides))
+        runner = Runner.start(load(RunConfig, find_recipe("quadruped-walk-ppo.yaml"), overrides))
     summary = runner.train()
     runner.close()
     by_step = {r["env_steps"]: r for r in read_metrics(runner.run_dir) if "eval/terms/lin_vel_error" in r}

@@ -1,9 +1,9 @@
-"""Probes of `bench/robustness.py`, part 1: bad configs and CLI arguments, and path attacks (names that are paths,
+"""Probes of `robustness.py`, part 1: bad configs and CLI arguments, and path attacks (names that are paths,
 commands that would delete what policyforge did not create). Part 2, checkpoints and run files: robustness_runs.py."""
 
 from __future__ import annotations
 
-from robustness_kit import Ctx, Probe, Verdict, refused, registrar, variant
+from policyforge.bench.robustness_kit import Ctx, Probe, Verdict, refused, registrar, variant
 
 PROBES: list[Probe] = []
 

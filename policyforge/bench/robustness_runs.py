@@ -1,4 +1,4 @@
-"""Probes of `bench/robustness.py`, part 2: malicious checkpoints, corrupted checkpoints and metrics, and run-state
+"""Probes of `robustness.py`, part 2: malicious checkpoints, corrupted checkpoints and metrics, and run-state
 misuse (a finished run resumed, two resumes at once)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from robustness_kit import Ctx, Probe, Verdict, parse_eval, read_json, refused, registrar, variant
-from robustness_probes import LONGER, TINY, recipe
+from policyforge.bench.robustness_kit import Ctx, Probe, Verdict, parse_eval, read_json, refused, registrar, variant
+from policyforge.bench.robustness_probes import LONGER, TINY, recipe
 
 PROBES: list[Probe] = []
 probe = registrar(PROBES)
