@@ -263,6 +263,9 @@ def _commented(config: Any, indent: str, width: int, lines: list[str]) -> None:
     for cls in reversed(type(config).__mro__):  # a subclass' docstring of a field wins over its base's
         if dataclasses.is_dataclass(cls):
             docs.update(field_docs(cls))
+    if isinstance(config, Tagged):
+        lines.append(f"{indent}# {' '.join((type(config).__doc__ or '').split())}"[: max(width, 40)])
+        lines.append(f"{indent}{TAG_KEY}: {config.tag}")
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         section = dataclasses.is_dataclass(value) and not isinstance(value, type)

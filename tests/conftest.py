@@ -17,6 +17,7 @@ torch.set_num_threads(1)
 # are all slow (learning runs, MJX) say so themselves with `pytestmark = pytest.mark.slow`. An entry is a file, a
 # test or a test with its parameters; `*` matches anything.
 SLOW = (
+    "tests/algos/test_contracts.py::test_a_policy_class_in_one_module_trains_evaluates_exports_and_deploys",
     "tests/real_robot/test_deploy.py",
     "tests/real_robot/test_faults.py",
     "tests/real_robot/test_franka.py",
