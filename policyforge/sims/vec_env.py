@@ -64,10 +64,12 @@ class _StepInfoRequired(TypedDict):
     episode: EpisodeStats
     """Statistics of the episodes that ended at this step (see `EpisodeStats`)."""
     reward_terms: dict[str, torch.Tensor]
-    """The task's named reward components and diagnostics, float32 [N] each, as `Task.reward` computed them at
-    the end of this step (before any reset), unweighted: the reward is the task's function of them, not
-    necessarily their sum. The names are fixed per task and the same on every backend; empty for backends
-    that do not see reward components (gymnasium). Evaluation reports their per-step means."""
+    """The task's named reward components and diagnostics, float32 [N] each, exactly as `Task.reward` returned
+    them beside the reward at the end of this step (before any reset). The reward is the task's function of
+    them, not necessarily their sum (the pendulum's terms are weighted and sum to it; the quadruped's are
+    unweighted, and its velocity-error diagnostics weigh nothing). The names are fixed per task and the same
+    on every backend; empty where the simulator exposes no components (gymnasium). Evaluation reports their
+    per-step means (`eval/terms/<name>`)."""
 
 
 class StepInfo(_StepInfoRequired, total=False):
@@ -118,7 +120,9 @@ class VecEnv(abc.ABC):
 
     @abc.abstractmethod
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
-        """Advance every env by one control step."""
+        """Advance every env by one control step: `(obs, reward, terminated, truncated, info)` with `info` a
+        `StepInfo`; finished envs are reset (module docstring). Implementations account the step with
+        `episodes.end_step` and build `info` with `make_step_info`."""
 
     @abc.abstractmethod
     def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
@@ -196,12 +200,24 @@ def make_step_info(
     `tensor`, which brings one array to torch on the env's device; the declared dtypes are applied here."""
     info: StepInfo = {
         "final_obs": final_obs,
-        "episode": {key: tensor(episode[key]).to(dtype) for key, dtype in EPISODE_DTYPES.items()},  # type: ignore[misc]
-        "reward_terms": {name: tensor(value).to(torch.float32) for name, value in reward_terms.items()},
+        "episode": {key: _tensor_of(tensor, episode[key], dtype) for key, dtype in EPISODE_DTYPES.items()},  # type: ignore[misc]
+        "reward_terms": {name: _tensor_of(tensor, value, torch.float32) for name, value in reward_terms.items()},
     }
     if success is not None:
-        info["success"] = tensor(success).to(torch.bool)
+        info["success"] = _tensor_of(tensor, success, torch.bool)
     return info
+
+
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.bool: np.bool_, torch.int64: np.int64}
+
+
+def _tensor_of(tensor: Callable[[Any], torch.Tensor], array: Any, dtype: torch.dtype) -> torch.Tensor:
+    """`array` as a `dtype` tensor, cast by the array's own library where it holds that dtype (numpy's cast
+    costs a fifth of torch's for [N] arrays; JAX without x64 has no int64, so torch casts those)."""
+    if array.dtype != _NUMPY_DTYPES[dtype] and (isinstance(array, np.ndarray) or dtype != torch.int64):
+        array = array.astype(_NUMPY_DTYPES[dtype])
+    result = tensor(array)
+    return result if result.dtype == dtype else result.to(dtype)
 
 
 def check_step_result(env: VecEnv, result: StepResult) -> None:
