@@ -48,9 +48,9 @@ class StepOutcome(NamedTuple):
     done: Array
     """bool [N] `terminated | truncated`: the episode ended; the backend resets these envs now."""
     episode: dict[str, Array]
-    """Statistics of the episodes that ended, [N] each, zero/false where not `done`: the keys of
-    `vec_env.EpisodeStats` in its order (`done`; `return` float32; `length` int, xp's int dtype;
-    `success` and `success_once` bool)."""
+    """Statistics of the episodes that ended, [N] each, zero/false where not `done`, under the keys of
+    `vec_env.EpisodeStats` (`done`; `return` float32; `length` int, xp's int dtype; `success` and
+    `success_once` bool)."""
     counters: EpisodeCounters
     """Counters after the step: accumulated, then zero for `done` envs (their new episodes)."""
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import torch
@@ -198,9 +198,10 @@ def make_step_info(
 ) -> StepInfo:
     """A backend's `info`, from its arrays (numpy or JAX, [N] each; `episode` from `episodes.end_step`) and
     `tensor`, which brings one array to torch on the env's device; the declared dtypes are applied here."""
+    stats = {key: _tensor_of(tensor, episode[key], dtype) for key, dtype in EPISODE_DTYPES.items()}
     info: StepInfo = {
         "final_obs": final_obs,
-        "episode": {key: _tensor_of(tensor, episode[key], dtype) for key, dtype in EPISODE_DTYPES.items()},  # type: ignore[misc]
+        "episode": cast(EpisodeStats, stats),
         "reward_terms": {name: _tensor_of(tensor, value, torch.float32) for name, value in reward_terms.items()},
     }
     if success is not None:
