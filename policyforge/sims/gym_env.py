@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from policyforge.config import ConfigError
-from policyforge.sims.vec_env import EpisodeTracker, Obs, StepResult, VecEnv, to_torch, validate_action
+from policyforge.sims.episodes import EpisodeCounters, end_step
+from policyforge.sims.vec_env import Obs, StepResult, VecEnv, make_step_info, to_torch, validate_action
 
 
 class GymVecEnv(VecEnv):
@@ -54,7 +55,7 @@ class GymVecEnv(VecEnv):
         self.episode_steps = int(self.envs.envs[0].spec.max_episode_steps or 10**9)
         self._low, self._high = act_space.low.astype(np.float64), act_space.high.astype(np.float64)
         self._act_shape = act_space.shape
-        self.tracker = EpisodeTracker(num_envs)
+        self.episodes = EpisodeCounters.zeros(num_envs, np, np.float64, np.int64)
         self._seed = seed
 
     @property
@@ -64,39 +65,26 @@ class GymVecEnv(VecEnv):
     def reset(self, seed: int | None = None) -> Obs:
         obs, _ = self.envs.reset(seed=self._seed if seed is None else seed)
         self._seed = None  # later resets continue the seeded streams
-        self.tracker.clear()
+        self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
         return self._obs(obs)
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         action = validate_action(action, self.num_envs, self.action_dim)
         scaled = self._low + (action.reshape(-1, *self._act_shape) + 1.0) * 0.5 * (self._high - self._low)
         obs, reward, terminated, truncated, info = self.envs.step(scaled)
-        terminated, truncated = (
-            np.asarray(terminated, bool),
-            np.asarray(truncated, bool) & ~np.asarray(terminated, bool),
-        )
-        done = terminated | truncated
+        terminated = np.asarray(terminated, bool)
+        done = terminated | np.asarray(truncated, bool)
         final = obs.copy()
         if done.any():
             for i in np.flatnonzero(info.get("_final_obs", done)):
                 final[i] = info["final_obs"][i]
         success = self._success(info, done)
         reward = np.asarray(reward, dtype=np.float64)
-        self.tracker.add(reward, success)
-        out_info: dict[str, Any] = {
-            "final_obs": self._obs(final),
-            "episode": self.tracker.finish(done, success, self.device),
-            "reward_terms": {},
-        }
-        if success is not None:
-            out_info["success"] = to_torch(success, self.device)
-        return (
-            self._obs(obs),
-            to_torch(reward.astype(np.float32), self.device),
-            to_torch(terminated, self.device),
-            to_torch(truncated, self.device),
-            out_info,
-        )
+        outcome = end_step(self.episodes, reward, terminated, success, np, truncated=truncated)  # gym's clock
+        self.episodes = outcome.counters
+        out_info = make_step_info(self._obs(final), outcome.episode, {}, success, self._tensor)
+        reward_out = self._tensor(reward.astype(np.float32))
+        return self._obs(obs), reward_out, self._tensor(terminated), self._tensor(outcome.truncated), out_info
 
     def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
         """Frames at the env's own render size (gymnasium fixes it when the env is made)."""
@@ -105,6 +93,9 @@ class GymVecEnv(VecEnv):
 
     def close(self) -> None:
         self.envs.close()
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return to_torch(array, self.device)
 
     def _obs(self, obs: np.ndarray) -> Obs:
         tensor = to_torch(np.asarray(obs, dtype=np.float32).reshape(self.num_envs, -1), self.device)

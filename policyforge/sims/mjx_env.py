@@ -30,6 +30,7 @@ from policyforge.sims.vec_env import (
     StepResult,
     VecEnv,
     action_shape_error,
+    make_step_info,
     non_finite_action_error,
 )
 
@@ -97,15 +98,16 @@ class MjxVecEnv(VecEnv):
         if bool(out["any_bad"]):
             self._raise_bad(out)
         self.state = state
-        out = self._torch_tree({k: v for k, v in out.items() if not k.startswith("bad") and k != "any_bad"})
-        info: dict[str, Any] = {
-            "final_obs": out["final_obs"],
-            "episode": {**out["episode"], "length": out["episode"]["length"].long()},
-            "reward_terms": out["reward_terms"],
-        }
-        if "success" in out:
-            info["success"] = out["success"]
-        return out["obs"], out["reward"], out["terminated"], out["truncated"], info
+        tensor = self._tensor
+        final_obs = self._torch_tree(out["final_obs"])
+        info = make_step_info(final_obs, out["episode"], out["reward_terms"], out.get("success"), tensor)
+        return (
+            self._torch_tree(out["obs"]),
+            tensor(out["reward"]),
+            tensor(out["terminated"]),
+            tensor(out["truncated"]),
+            info,
+        )
 
     def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
         ids = np.arange(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
@@ -122,7 +124,9 @@ class MjxVecEnv(VecEnv):
         leaves, treedef = jax.tree.flatten(self.state)
         if "mjx_leaves" not in state:
             raise ValueError("this snapshot comes from another backend; resume with the backend that wrote it")
-        saved = state["mjx_leaves"]
+        saved = list(state["mjx_leaves"])
+        if len(saved) == len(leaves) + 1:  # written before `EpisodeCounters`: a `steps` leaf, equal to the lengths,
+            del saved[len(leaves) - 4]  # came before returns, lengths, success_once and the key
         if len(saved) != len(leaves) or any(s.shape != np.shape(x) for s, x in zip(saved, leaves, strict=True)):
             raise ValueError("snapshot does not match this env (another task, option or number of envs)")
         self.state = jax.tree.unflatten(treedef, [jnp.asarray(s) for s in saved])
@@ -152,8 +156,11 @@ class MjxVecEnv(VecEnv):
             )
         raise SimulationError(np.flatnonzero(bad_output), "non-finite reward or observation (NaN or inf)")
 
+    def _tensor(self, array: jax.Array) -> torch.Tensor:
+        return jax_to_torch(array, self.device)
+
     def _torch_tree(self, tree: Any) -> Any:
-        return jax.tree.map(lambda array: jax_to_torch(array, self.device), tree)
+        return jax.tree.map(self._tensor, tree)
 
 
 def jax_to_torch(array: jax.Array, device: torch.device) -> torch.Tensor:

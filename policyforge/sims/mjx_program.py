@@ -17,6 +17,7 @@ from mujoco import mjx
 
 from policyforge.config import ConfigError
 from policyforge.sims.config import RandomizationConfig
+from policyforge.sims.episodes import EpisodeCounters, end_step, where_rows
 from policyforge.sims.randomization import PARAMS, Randomizer
 from policyforge.sims.task import NumpySampler, ResetState, Task, TaskState
 
@@ -42,14 +43,8 @@ class EnvState(NamedTuple):
     """Task variables (goals, commands, last action, `dr_*` parameters)."""
     model_fields: dict[str, jax.Array]
     """Per-env values of the model fields domain randomisation changes (empty without randomisation)."""
-    steps: jax.Array
-    """int32 [N] control steps in the current episode."""
-    returns: jax.Array
-    """float [N] return so far in the current episode."""
-    lengths: jax.Array
-    """int32 [N] steps so far in the current episode (the episode statistic)."""
-    success_once: jax.Array
-    """bool [N] whether the current episode has succeeded at some step."""
+    episodes: EpisodeCounters
+    """Return (float), length (int32; the time-limit clock) and success so far of each env's episode."""
     key: jax.Array
     """PRNG key for resets and randomisation."""
 
@@ -136,31 +131,10 @@ class MjxProgram:
         reward, terms = task.reward(now, action, jnp)
         success = task.success(now, jnp)
         terminated = jnp.asarray(task.terminated(now, jnp), dtype=bool)
-        steps = state.steps + 1
-        truncated = (steps >= task.episode_steps) & ~terminated
         obs = task.observe(now, jnp)
-        done = terminated | truncated
-        succeeded = jnp.zeros(n, bool) if success is None else success
-        returns, lengths = state.returns + reward, state.lengths + 1
-        success_once = state.success_once | succeeded
-        episode = {
-            "done": done,
-            "return": jnp.where(done, returns, 0.0).astype(jnp.float32),
-            "length": jnp.where(done, lengths, 0),
-            "success": done & succeeded,
-            "success_once": done & success_once,
-        }
-        after = EnvState(
-            data,
-            vars_,
-            state.model_fields,
-            steps,
-            jnp.where(done, 0.0, returns),
-            jnp.where(done, 0, lengths),
-            success_once & ~done,
-            state.key,
-        )
-        after = _strong(after)
+        outcome = end_step(state.episodes, reward, terminated, success, jnp, episode_steps=task.episode_steps)
+        done = outcome.done
+        after = _strong(state._replace(data=data, vars=vars_, episodes=outcome.counters))
         next_state, next_obs = lax.cond(done.any(), self._reset_done, lambda s, o, d: (s, o), after, obs, done)
         bad_physics = ~(jnp.isfinite(data.qpos).all(axis=1) & jnp.isfinite(data.qvel).all(axis=1))
         bad_output = ~jnp.isfinite(reward)
@@ -171,8 +145,8 @@ class MjxProgram:
             "final_obs": _float32(obs),
             "reward": reward.astype(jnp.float32),
             "terminated": terminated,
-            "truncated": truncated,
-            "episode": episode,
+            "truncated": outcome.truncated,
+            "episode": outcome.episode,
             "reward_terms": {k: jnp.asarray(v, jnp.float32) for k, v in terms.items()},
             "bad_action": bad_action,
             "bad_physics": bad_physics,
@@ -188,16 +162,17 @@ class MjxProgram:
     def _reset_done(
         self, state: EnvState, obs: dict[str, jax.Array], done: jax.Array
     ) -> tuple[EnvState, dict[str, jax.Array]]:
-        """Envs where `done` start new episodes (fresh state and, if configured, fresh parameters)."""
+        """Envs where `done` start new episodes (fresh state and, if configured, fresh parameters; `end_step`
+        has zeroed their episode counters)."""
         key, sub = jax.random.split(state.key)
         resample = self.resample_on_reset
         data, vars_, fields = self._fresh(sub, None if resample else state)
         fresh_obs = self.task.observe(TaskState(self._phys(data), vars_), jnp)
-        fresh = state._replace(data=data, vars=vars_, model_fields=fields, steps=jnp.zeros_like(state.steps))
+        fresh = state._replace(data=data, vars=vars_, model_fields=fields)
         merged = jax.tree.map(
-            lambda new, old: _where_rows(done, new, old), fresh._replace(key=None), state._replace(key=None)
+            lambda new, old: where_rows(done, new, old, jnp), fresh._replace(key=None), state._replace(key=None)
         )
-        merged_obs = jax.tree.map(lambda new, old: _where_rows(done, new, old), fresh_obs, obs)
+        merged_obs = jax.tree.map(lambda new, old: where_rows(done, new, old, jnp), fresh_obs, obs)
         return _strong(merged._replace(key=key)), merged_obs
 
     def _start(
@@ -205,8 +180,7 @@ class MjxProgram:
     ) -> tuple[EnvState, dict[str, jax.Array]]:
         n = self.num_envs
         obs = self.task.observe(TaskState(self._phys(data), vars_), jnp)
-        zeros = jnp.zeros(n, jnp.int32)
-        state = EnvState(data, vars_, fields, zeros, jnp.zeros(n, self.float), zeros, jnp.zeros(n, bool), key)
+        state = EnvState(data, vars_, fields, EpisodeCounters.zeros(n, jnp, self.float, jnp.int32), key)
         return _strong(state), _float32(obs)
 
     def _fresh(
@@ -298,11 +272,6 @@ def _unsupported(task: Task, what: Any) -> ConfigError:
         f"task {task.name!r} uses a MuJoCo feature MJX does not implement ({what}); "
         "use sim.backend=mujoco, or change the model",
     )
-
-
-def _where_rows(mask: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
-    """Rows of `new` where `mask` [N], else rows of `old` (arrays [N, ...] of the same shape)."""
-    return jnp.where(mask.reshape(mask.shape + (1,) * (old.ndim - 1)), new.astype(old.dtype), old)
 
 
 def _strong(tree: Any) -> Any:

@@ -16,15 +16,16 @@ import torch
 
 from policyforge.sims import render as _render  # sets MUJOCO_GL before mujoco is imported
 from policyforge.sims.config import ImageConfig, RandomizationConfig
+from policyforge.sims.episodes import EpisodeCounters, end_step
 from policyforge.sims.randomization import PARAMS, Randomizer
 from policyforge.sims.task import NumpySampler, ResetState, Task, TaskState
 from policyforge.sims.vec_env import (
-    EpisodeTracker,
     Obs,
     SimulationError,
     StepResult,
     VecEnv,
     check_finite,
+    make_step_info,
     to_torch,
     validate_action,
 )
@@ -75,8 +76,8 @@ class MujocoVecEnv(VecEnv):
         self._renderers = _render.RendererCache(task.model)
         self._scratch = mujoco.MjData(model)
         self.rng = np.random.default_rng(seed)
-        self.steps = np.zeros(num_envs, dtype=np.int64)
-        self.tracker = EpisodeTracker(num_envs)
+        self.episodes: EpisodeCounters
+        """Return, length (the time-limit clock) and success so far of each env's episode."""
         self.vars: dict[str, np.ndarray] = {}
         self._expanded_fields: set[str] = set()
         self._warning_counts = np.zeros(self.batch.warning.shape[:2], dtype=np.int64)
@@ -93,13 +94,13 @@ class MujocoVecEnv(VecEnv):
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         self._reset_envs(np.arange(self.num_envs), resample=True)
-        self.tracker.clear()
+        self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
         obs = self.task.observe(self.state, np)
         return self._to_torch_obs(obs, self._images(np.arange(self.num_envs)))
 
     def reset_to(self, initial: ResetState) -> Obs:
         self._reset_envs(np.arange(self.num_envs), resample=True, initial=initial)
-        self.tracker.clear()
+        self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
         return self._to_torch_obs(self.task.observe(self.state, np), self._images(np.arange(self.num_envs)))
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
@@ -107,38 +108,25 @@ class MujocoVecEnv(VecEnv):
         task = self.task
         self._state_fields["ctrl"][:] = task.control(action, self.state, np)
         self._physics_step()
-        self.steps += 1
         self.vars = task.update_vars(self.state, action, np)
         state = self.state
         reward, terms = task.reward(state, action, np)
         success = task.success(state, np)
         terminated = np.asarray(task.terminated(state, np), dtype=bool)
-        truncated = (self.steps >= self.episode_steps) & ~terminated
         obs = task.observe(state, np)
         check_finite(self.num_envs, {"reward": reward, **{f"observation {k!r}": v for k, v in obs.items()}})
-        self.tracker.add(reward, success)
+        outcome = end_step(self.episodes, reward, terminated, success, np, episode_steps=self.episode_steps)
+        self.episodes = outcome.counters
         images = self._images(np.arange(self.num_envs))
         final_obs = self._to_torch_obs(obs, images)
-        done = terminated | truncated
-        info: dict[str, Any] = {
-            "final_obs": final_obs,
-            "episode": self.tracker.finish(done, success, self.device),
-            "reward_terms": {k: to_torch(np.asarray(v, dtype=np.float32), self.device) for k, v in terms.items()},
-        }
-        if success is not None:
-            info["success"] = to_torch(success, self.device)
+        info = make_step_info(final_obs, outcome.episode, terms, success, self._tensor)
         next_obs = final_obs
-        if done.any():
-            ids = np.flatnonzero(done)
+        if outcome.done.any():
+            ids = np.flatnonzero(outcome.done)
             self._reset_envs(ids, resample=self._resample_on_reset)
             next_obs = self._merge_reset_obs(obs, images, ids)
-        return (
-            next_obs,
-            to_torch(reward.astype(np.float32), self.device),
-            to_torch(terminated, self.device),
-            to_torch(truncated, self.device),
-            info,
-        )
+        reward = to_torch(reward.astype(np.float32), self.device)
+        return next_obs, reward, self._tensor(terminated), self._tensor(outcome.truncated), info
 
     def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
         ids = np.arange(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
@@ -151,8 +139,7 @@ class MujocoVecEnv(VecEnv):
             "physics": self.batch.state.copy(),
             "model_fields": {name: self.batch.expand(name).copy() for name in self._expanded_fields},
             "vars": {k: v.copy() for k, v in self.vars.items()},
-            "steps": self.steps.copy(),
-            "tracker": (self.tracker.returns.copy(), self.tracker.lengths.copy(), self.tracker.success_once.copy()),
+            "tracker": tuple(counter.copy() for counter in self.episodes),  # returns, lengths, success_once
             "rng": self.rng.bit_generator.state,
         }
 
@@ -166,8 +153,7 @@ class MujocoVecEnv(VecEnv):
             self.batch.set_const()
         self.batch.state[:] = state["physics"]
         self.vars = {k: v.copy() for k, v in state["vars"].items()}
-        self.steps[:] = state["steps"]
-        self.tracker.returns[:], self.tracker.lengths[:], self.tracker.success_once[:] = state["tracker"]
+        self.episodes = EpisodeCounters(*(np.array(counter) for counter in state["tracker"]))
         self.rng.bit_generator.state = state["rng"]
         # positions and velocities current, as after a step; the next step continues from them
         self.batch.forward(stage=mujoco.mjtStage.mjSTAGE_VEL)
@@ -237,7 +223,6 @@ class MujocoVecEnv(VecEnv):
         except mujoco.batch.SimulationError as err:
             raise self._engine_error(err) from err
         self._check_warnings()
-        self.steps[ids] = 0
 
     def _write_vars(self, ids: np.ndarray, new_vars: dict[str, np.ndarray]) -> None:
         if not self.vars:
@@ -258,6 +243,9 @@ class MujocoVecEnv(VecEnv):
             images = images.copy()
             images[ids] = self._images(ids)
         return self._to_torch_obs(merged, images)
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return to_torch(array, self.device)
 
     def _images(self, ids: np.ndarray) -> np.ndarray | None:
         """Image observations [n, V, H, W, 3] uint8 of envs `ids`, or None without cameras configured."""

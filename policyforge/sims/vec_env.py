@@ -3,23 +3,87 @@
     obs = env.reset(seed)                          # {"policy": [N, D], "critic": [N, Dc], "image"?: uint8}
     obs, reward, terminated, truncated, info = env.step(action)   # action [N, A] in [-1, 1]
 
-Tensors live on `env.device`. Finished environments reset automatically: `obs` is then the first
-observation of the new episode, while `info["final_obs"]` holds the last observation of every env before
-any reset (equal to `obs` for envs that did not finish), so values can be bootstrapped on time-outs.
-`terminated` (a terminal state) and `truncated` (time limit) are never merged. `info["episode"]` holds the
-statistics of episodes that ended at this step, valid where `info["episode"]["done"]` is true.
+Tensors live on `env.device`: observations float32 (images uint8 [N, V, H, W, 3]), `reward` float32 [N],
+`terminated` and `truncated` bool [N]. `terminated` (a terminal state: fell, broke) and `truncated` (the time
+limit, never where terminated) are kept apart. Finished environments (`terminated | truncated`) reset
+automatically within the step: `obs` is then the first observation of the new episode, while
+`info["final_obs"]` holds the last observation of every env before any reset (equal to `obs` for envs that
+did not finish), so values can be bootstrapped on time-outs.
+
+`info` is a `StepInfo`: `final_obs`, `episode` (statistics of the episodes that ended at this step),
+`reward_terms` (the task's named reward components) and, for tasks with a success flag, `success`. Backends
+build it with `make_step_info` from the outcome of `episodes.end_step`, the one implementation of time
+limits, episode statistics and counter resets; `check_step_result` checks a step against this declaration
+(every backend's test runs it).
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import torch
 
 Obs = dict[str, torch.Tensor]
-StepResult = tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
+"""Observations by key, [N, ...] each: float32, except `image` uint8."""
+
+EpisodeStats = TypedDict(  # functional form: `return` is a keyword
+    "EpisodeStats",
+    {
+        "done": torch.Tensor,
+        "return": torch.Tensor,
+        "length": torch.Tensor,
+        "success": torch.Tensor,
+        "success_once": torch.Tensor,
+    },
+)
+EpisodeStats.__doc__ = """Statistics of the episodes that ended at this step, one [N] tensor per key, valid where
+`done` and zero/false elsewhere (dtypes in `EPISODE_DTYPES`):
+  done          bool: the episode ended at this step (`terminated | truncated`);
+  return        float32: sum of the episode's rewards;
+  length        int64: control steps in the episode, the last one included;
+  success       bool: the task's success flag at the last step (false for tasks without one);
+  success_once  bool: the success flag was true at some step of the episode."""
+
+EPISODE_DTYPES: dict[str, torch.dtype] = {
+    "done": torch.bool,
+    "return": torch.float32,
+    "length": torch.int64,
+    "success": torch.bool,
+    "success_once": torch.bool,
+}
+"""dtype of each `EpisodeStats` tensor (every one is [N])."""
+
+
+class _StepInfoRequired(TypedDict):
+    final_obs: Obs
+    """Each env's observation at the end of this step, before any auto-reset: the keys, shapes and dtypes of
+    `obs`; equal to `obs` in the rows that did not finish. Value targets bootstrap from it on time-outs."""
+    episode: EpisodeStats
+    """Statistics of the episodes that ended at this step (see `EpisodeStats`)."""
+    reward_terms: dict[str, torch.Tensor]
+    """The task's named reward components and diagnostics, float32 [N] each, exactly as `Task.reward` returned
+    them beside the reward at the end of this step (before any reset). The reward is the task's function of
+    them, not necessarily their sum (the pendulum's terms are weighted and sum to it; the quadruped's are
+    unweighted, and its velocity-error diagnostics weigh nothing). The names are fixed per task and the same
+    on every backend; empty where the simulator exposes no components (gymnasium). Evaluation reports their
+    per-step means (`eval/terms/<name>`)."""
+
+
+class StepInfo(_StepInfoRequired, total=False):
+    """The `info` of `VecEnv.step`: every backend returns exactly these keys, all but `success` always
+    (`__required_keys__`, `__optional_keys__`); the required ones are declared in `_StepInfoRequired`
+    (a separate class because `NotRequired` is not read from postponed annotations on Python 3.11)."""
+
+    success: torch.Tensor
+    """bool [N] the task's success flag at the end of this step (before any reset); present exactly when the
+    task has one (`Task.success` is not None)."""
+
+
+StepResult = tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, StepInfo]
+"""(obs, reward float32 [N], terminated bool [N], truncated bool [N], info)."""
 
 
 class SimulationError(RuntimeError):
@@ -56,7 +120,9 @@ class VecEnv(abc.ABC):
 
     @abc.abstractmethod
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
-        """Advance every env by one control step."""
+        """Advance every env by one control step: `(obs, reward, terminated, truncated, info)` with `info` a
+        `StepInfo`; finished envs are reset (module docstring). Implementations account the step with
+        `episodes.end_step` and build `info` with `make_step_info`."""
 
     @abc.abstractmethod
     def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
@@ -123,40 +189,87 @@ def check_finite(env_ids_all: int, named: dict[str, np.ndarray]) -> None:
             raise SimulationError(np.flatnonzero(~finite), f"non-finite {name} (NaN or inf)")
 
 
-class EpisodeTracker:
-    """Running return, length and success of each env; reports finished episodes for `info["episode"]`."""
+def make_step_info(
+    final_obs: Obs,
+    episode: dict[str, Any],
+    reward_terms: dict[str, Any],
+    success: Any | None,
+    tensor: Callable[[Any], torch.Tensor],
+) -> StepInfo:
+    """A backend's `info`, from its arrays (numpy or JAX, [N] each; `episode` from `episodes.end_step`) and
+    `tensor`, which brings one array to torch on the env's device; the declared dtypes are applied here."""
+    stats = {key: _tensor_of(tensor, episode[key], dtype) for key, dtype in EPISODE_DTYPES.items()}
+    info: StepInfo = {
+        "final_obs": final_obs,
+        "episode": cast(EpisodeStats, stats),
+        "reward_terms": {name: _tensor_of(tensor, value, torch.float32) for name, value in reward_terms.items()},
+    }
+    if success is not None:
+        info["success"] = _tensor_of(tensor, success, torch.bool)
+    return info
 
-    def __init__(self, num_envs: int):
-        self.returns = np.zeros(num_envs)
-        self.lengths = np.zeros(num_envs, dtype=np.int64)
-        self.success_once = np.zeros(num_envs, dtype=bool)
 
-    def add(self, reward: np.ndarray, success: np.ndarray | None) -> None:
-        self.returns += reward
-        self.lengths += 1
-        if success is not None:
-            self.success_once |= success
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.bool: np.bool_, torch.int64: np.int64}
 
-    def finish(self, done: np.ndarray, success: np.ndarray | None, device: torch.device) -> dict[str, torch.Tensor]:
-        """Statistics of the episodes ending now (rows where `done`), then zero those envs' counters."""
-        if success is None:
-            success = np.zeros_like(done)
-        stats = {
-            "done": done.copy(),
-            "return": np.where(done, self.returns, 0.0).astype(np.float32),
-            "length": np.where(done, self.lengths, 0),
-            "success": done & success,
-            "success_once": done & (self.success_once | success),
-        }
-        self.returns[done] = 0.0
-        self.lengths[done] = 0
-        self.success_once[done] = False
-        return {k: torch.from_numpy(v).to(device) for k, v in stats.items()}
 
-    def clear(self) -> None:
-        self.returns[:] = 0.0
-        self.lengths[:] = 0
-        self.success_once[:] = False
+def _tensor_of(tensor: Callable[[Any], torch.Tensor], array: Any, dtype: torch.dtype) -> torch.Tensor:
+    """`array` as a `dtype` tensor, cast by the array's own library where it holds that dtype (numpy's cast
+    costs a fifth of torch's for [N] arrays; JAX without x64 has no int64, so torch casts those)."""
+    if array.dtype != _NUMPY_DTYPES[dtype] and (isinstance(array, np.ndarray) or dtype != torch.int64):
+        array = array.astype(_NUMPY_DTYPES[dtype])
+    result = tensor(array)
+    return result if result.dtype == dtype else result.to(dtype)
+
+
+def check_step_result(env: VecEnv, result: StepResult) -> None:
+    """Raise ValueError naming the first place where `env.step`'s result departs from the contract (keys,
+    shapes, dtypes and devices of obs, flags and `StepInfo`; episode statistics zero where not `done`)."""
+    obs, reward, terminated, truncated, info = result
+    n = env.num_envs
+
+    def check(name: str, tensor: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dtype != dtype or tuple(tensor.shape) != shape or tensor.device != env.device:
+            raise ValueError(
+                f"{name} must be {dtype} {list(shape)} on {env.device}, "
+                f"got {tensor.dtype} {list(tensor.shape)} on {tensor.device}"
+            )
+
+    def check_obs(name: str, value: Obs) -> None:
+        if set(value) != set(env.obs_shapes):
+            raise ValueError(f"{name} has keys {sorted(value)}, env.obs_shapes declares {sorted(env.obs_shapes)}")
+        for key, shape in env.obs_shapes.items():
+            check(f"{name}[{key!r}]", value[key], torch.uint8 if key == "image" else torch.float32, (n, *shape))
+
+    check_obs("obs", obs)
+    check("reward", reward, torch.float32, (n,))
+    check("terminated", terminated, torch.bool, (n,))
+    check("truncated", truncated, torch.bool, (n,))
+    if (terminated & truncated).any():
+        raise ValueError("truncated must be false where terminated (a terminal state is not a time-out)")
+    declared = StepInfo.__required_keys__ | StepInfo.__optional_keys__
+    if not StepInfo.__required_keys__ <= set(info) <= declared:
+        raise ValueError(
+            f"info has keys {sorted(info)}; StepInfo declares {sorted(declared)}, all but success required"
+        )
+    check_obs('info["final_obs"]', info["final_obs"])
+    episode = info["episode"]
+    if list(episode) != list(EPISODE_DTYPES):
+        raise ValueError(f'info["episode"] has keys {list(episode)}, EpisodeStats declares {list(EPISODE_DTYPES)}')
+    for key, dtype in EPISODE_DTYPES.items():
+        check(f'info["episode"][{key!r}]', episode[key], dtype, (n,))
+    if not torch.equal(episode["done"], terminated | truncated):
+        raise ValueError('info["episode"]["done"] must equal terminated | truncated')
+    for key in EPISODE_DTYPES:
+        if episode[key][~episode["done"]].any():
+            raise ValueError(f'info["episode"][{key!r}] must be zero where the episode did not end')
+    if (episode["length"][episode["done"]] < 1).any():
+        raise ValueError('info["episode"]["length"] must count the steps of an ended episode (>= 1)')
+    for name, value in info["reward_terms"].items():
+        check(f'info["reward_terms"][{name!r}]', value, torch.float32, (n,))
+    if "success" in info:
+        check('info["success"]', info["success"], torch.bool, (n,))
 
 
 def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor:
