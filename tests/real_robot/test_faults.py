@@ -53,7 +53,10 @@ def test_every_fault_on_the_ur_is_handled(scenario, tmp_path, caplog):
 
 
 @pytest.mark.parametrize("scenario", franka_scenarios(), ids=lambda s: s.name)
-def test_every_fault_on_the_franka_is_handled(scenario, caplog):
+def test_every_fault_on_the_franka_is_handled(scenario, caplog, peers_on_their_own_computer):
+    """The simulated controller gets the robot's own computer (a real Franka's runs apart from ours): starved on a
+    loaded machine, its arm descended too slowly in "actions dive through the table" to reach the box floor and
+    be e-stopped within the run (ci-under-load, 2026-12-04; nothing unsafe reached it)."""
     caplog.set_level(logging.ERROR, logger="policyforge.safety")
     result = run_franka_scenario(scenario, ASSETS / "arm-reach-policy.onnx")
     assert result["unsafe_at_peer"] == 0 and result["handled"], result
