@@ -121,7 +121,7 @@ class PPO(Algorithm):
                 obs = next_obs
                 if i < self.act_steps - 1:
                     self.history.push(obs)
-            items = (select(policy_obs, set(self.history.keys)), critic_obs, sample.chain, value, total, done)
+            items = (select(policy_obs, set(policy.obs_keys)), critic_obs, sample.chain, value, total, done)
             for key, item in zip(stored, items, strict=True):
                 stored[key].append(item)
         batch = {key: torch.stack(items) for key, items in stored.items() if key not in ("obs", "critic_obs", "chain")}

@@ -89,7 +89,7 @@ def test_bc_refuses_a_dataset_of_another_task(tmp_path, reach_demos):
     with pytest.raises(ConfigError, match=r"bc.dataset.*collect"):
         Runner.start(bc_config(tmp_path, tmp_path / "missing"))
     with pytest.raises(ConfigError, match=r"^policy.class: SAC trains Gaussian policies"):
-        bc_config(tmp_path, reach_demos, algo="sac", **{"policy.squash": True})
+        bc_config(tmp_path, reach_demos, algo="sac")
 
 
 def test_bc_policy_exports_with_its_sampler(tmp_path, reach_demos):
