@@ -97,8 +97,11 @@ def all_leaves() -> list[Leaf]:
     leaves = [Leaf(path, kind, default) for path, kind, default in numeric_fields(RunConfig)]
     leaves = [leaf for leaf in leaves if not leaf.path.startswith("policy.")]  # the default class's; all below
     for name, policy_config in PolicyConfig.registry.items():
+        if not policy_config.__module__.startswith("policyforge."):
+            continue  # a class a test registers (tests/algos/toy_policy.py) has its own tests
         for path, kind, default in numeric_fields(policy_config, "policy."):
-            leaves.append(Leaf(path, kind, default, policy=name))
+            if not path.startswith("policy.base."):  # a residual's base: its own class's leaves, and init_policy's
+                leaves.append(Leaf(path, kind, default, policy=name))
     for name, task in TASKS.items():
         for path, kind, default in numeric_fields(task.config_class, "sim.task_options."):
             leaves.append(Leaf(path, kind, default, task=name))

@@ -8,6 +8,7 @@ import torch
 from policyforge.algos.evaluate import evaluate
 from policyforge.algos.runner import RunConfig, Runner
 from policyforge.config import load
+from policyforge.policies.base import Policy, Sample
 from policyforge.sims import make_env
 
 pytestmark = pytest.mark.slow
@@ -21,15 +22,25 @@ def train(tmp_path, recipe: str, *overrides: str) -> Runner:
     return runner
 
 
-class RandomPolicy(torch.nn.Module):
-    obs_key, chunk_len = "policy", 1
+class RandomPolicy(Policy):
+    """Uniform random actions: the score a trained policy must beat (evaluation only)."""
 
     def __init__(self, action_dim):
         super().__init__()
         self.action_dim = action_dim
 
-    def act(self, obs):
-        return torch.rand(len(obs["policy"]), 1, self.action_dim) * 2 - 1
+    def sample(self, obs, noise_scale=1.0):
+        action = torch.rand(len(obs["policy"]), 1, self.action_dim) * 2 - 1
+        return Sample(action, action, torch.zeros(len(action)))
+
+    def step_log_probs(self, obs, chain):
+        raise NotImplementedError("a random policy is only evaluated")
+
+    def bc_loss(self, obs, actions):
+        raise NotImplementedError("a random policy is only evaluated")
+
+    def example_obs(self, batch):
+        raise NotImplementedError("a random policy is only evaluated")
 
 
 def random_policy_score(config: RunConfig) -> dict:

@@ -45,7 +45,7 @@ def test_ppo_fine_tunes_from_an_initial_policy(tmp_path):
         "sim": {"task": "pendulum-swingup", "num_envs": 8},
         "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1},
         "runner": {"total_env_steps": 128, "eval_envs": 2, "video": "none", "tensorboard": False},
-        **CLASSES["flow_reinflow"],
+        "policy": CLASSES["flow_reinflow"],
     }
     first = Runner.start(from_dict(RunConfig, {**settings, "name": "first", "seed": 1}), Console(quiet=True))
     first.train()
@@ -63,7 +63,7 @@ def test_a_decision_earns_the_discounted_rewards_of_its_executed_steps(tmp_path,
         "out_dir": str(tmp_path),
         "sim": {"task": "pendulum-swingup", "num_envs": 4, "task_options": {"episode_seconds": 0.25}},  # 5 steps
         "ppo": {"rollout_steps": 4, "scale_rewards": False, "gamma": 0.9},
-        **CLASSES["flow_reinflow"],
+        "policy": CLASSES["flow_reinflow"],
     }
     runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
     algo, env = runner.algo, runner.env
@@ -80,7 +80,11 @@ def test_a_decision_earns_the_discounted_rewards_of_its_executed_steps(tmp_path,
 
 
 def test_fine_tuning_keeps_the_pre_trained_normaliser(tmp_path):
-    settings = {"out_dir": str(tmp_path), "sim": {"task": "pendulum-swingup", "num_envs": 8}, **CLASSES["gaussian"]}
+    settings = {
+        "out_dir": str(tmp_path),
+        "sim": {"task": "pendulum-swingup", "num_envs": 8},
+        "policy": CLASSES["gaussian"],
+    }
     assert from_dict(RunConfig, settings).ppo.update_policy_normalizer is True
     tuned = from_dict(RunConfig, {**settings, "init_policy": "runs/somewhere"})
     assert tuned.ppo.update_policy_normalizer is False
@@ -94,7 +98,7 @@ def test_critic_warm_up_leaves_the_policy_alone(tmp_path):
         "out_dir": str(tmp_path),
         "sim": {"task": "pendulum-swingup", "num_envs": 8},
         "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2, "critic_warmup_iterations": 2},
-        **CLASSES["flow_reinflow"],
+        "policy": CLASSES["flow_reinflow"],
     }
     runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
     policy, critic = runner.algo.policy, runner.algo.critic
