@@ -47,8 +47,13 @@ CASES: dict[str, dict] = {
         "residual": {"base_class": "diffusion", "per_step": True, "scale": 0.5, "init_std": 0.1},
         "ppo": {"rollout_steps": 64}, "init_policy": "{base}",
     },
+    "bc flow arm-lift-cube": {
+        "sim": {**LIFT, "num_envs": 1}, "algo": "bc", "policy_class": "flow", "flow": FLOW,
+        "bc": {"dataset": "{dataset}", "steps_per_iteration": 50, "batch_size": 256},
+    },
 }  # fmt: skip
-"""Each case's run config (old layout); `{base}` is a diffusion run trained first by the same tree."""
+"""Each case's run config (old layout); `{base}` is a diffusion run trained first by the same tree, `{dataset}`
+demonstrations recorded once by this checkout (`policyforge collect`)."""
 BASE = {"sim": LIFT, "policy_class": "diffusion", "diffusion": DIFFUSION, "ppo": {"rollout_steps": 2}}
 
 RUN = """
@@ -84,6 +89,9 @@ def run(tree: Path, settings: dict, out: Path, name: str) -> dict:
 
 def sized(settings: dict, iterations: int) -> dict:
     """`settings` trained for `iterations` PPO iterations, without evaluation, videos or TensorBoard."""
+    if settings.get("algo") == "bc":
+        runner = {"eval_envs": 1, "video": "none", "tensorboard": False, "eval_every_steps": 0}
+        return {**settings, "bc": {**settings["bc"], "gradient_steps": 50 * iterations}, "runner": runner}
     sim, ppo = settings["sim"], settings.get("ppo", {})
     act_steps = CHUNK["act_steps"] if settings.get("policy_class") in ("flow", "diffusion") else 1
     steps = iterations * sim["num_envs"] * ppo.get("rollout_steps", 24) * act_steps
@@ -122,6 +130,23 @@ def compare(before: Path, after: Path, runs: Path, args: argparse.Namespace) -> 
     rows = []
     for case in args.cases:
         settings = sized(CASES[case], args.iterations)
+        if settings.get("bc", {}).get("dataset") == "{dataset}":
+            dataset = runs / "dataset"
+            if not dataset.exists():
+                collect = [
+                    "collect",
+                    "arm-lift-cube",
+                    "control_mode=ee_delta_topdown",
+                    "--episodes",
+                    "8",
+                    "--envs",
+                    "8",
+                    "--out",
+                    str(dataset),
+                ]
+                subprocess.run([sys.executable, "-m", "policyforge.cli", *collect], cwd=after, check=True,
+                               capture_output=True)  # fmt: skip
+            settings = {**settings, "bc": {**settings["bc"], "dataset": str(dataset)}}
         if "init_policy" in settings:
             for side, tree in trees.items():
                 if bases[side] is None:
