@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import difflib
 import functools
+import importlib.metadata
 import inspect
 import itertools
 import math
@@ -131,6 +132,16 @@ class Tagged:
     """Members by tag (declared by the family's base class)."""
     tag: ClassVar[str] = ""
     """The member's name (its `class:`)."""
+    plugin_group: ClassVar[str] = ""
+    """Entry-point group of installed packages that add members: an unknown `class:` imports the entry point of
+    that name, whose module registers it (`[project.entry-points."policyforge.policies"] my-policy = "pkg.mod"`)."""
+
+    @classmethod
+    def discover(cls, tag: str) -> None:
+        """Import the installed plugin that provides `tag`, if there is one (it registers itself)."""
+        if cls.plugin_group:
+            for entry in importlib.metadata.entry_points(group=cls.plugin_group, name=tag):
+                entry.load()
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
@@ -369,6 +380,13 @@ def _convert_tagged(value: Any, family: type[Tagged], path: str) -> Tagged:
     if not isinstance(value, Mapping):
         raise ConfigError(path, f"expected a mapping with a `{TAG_KEY}:` key, got {value!r}")
     tag = value.get(TAG_KEY)
+    if isinstance(tag, str) and tag not in family.registry:
+        try:
+            family.discover(tag)
+        except Exception as err:  # a plugin that does not import: say which and why
+            raise ConfigError(
+                _join(path, TAG_KEY), f"the installed plugin for {tag!r} failed to load: {err!r}"
+            ) from err
     if tag not in family.registry:
         known = ", ".join(family.registry)
         hint = _did_you_mean(str(tag), family.registry) if isinstance(tag, str) else ""

@@ -168,6 +168,7 @@ class PolicyConfig(Tagged):
     """The run config's `policy` section: a registered policy class's config (`policy: {class: flow, ...}`)."""
 
     registry: ClassVar[dict[str, type[Tagged]]] = {}
+    plugin_group: ClassVar[str] = "policyforge.policies"
     pretrained_part: ClassVar[str] = ""
     """A frozen part whose weights `init_policy` must give ("base" for a residual), beside a new trainable part;
     "" when init_policy, if given, holds the whole policy."""

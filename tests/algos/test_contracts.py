@@ -184,3 +184,34 @@ def test_a_policy_class_in_one_module_trains_evaluates_exports_and_deploys(tmp_p
     code = main(["deploy", str(tmp_path / "bc"), "--robot", "go2", "--peer", "sim", "--seconds", "1"])
     printed = capsys.readouterr().out
     assert code == 0 and "final mode" in printed, printed
+
+
+PLUGIN = """
+import dataclasses
+from policyforge.policies.base import register_policy
+from tests.algos.toy_policy import ToyLinearConfig
+
+@register_policy("plugin-linear")
+@dataclasses.dataclass
+class PluginLinearConfig(ToyLinearConfig):
+    \"\"\"The toy class again, from an installed package.\"\"\"
+"""
+
+
+def test_a_policy_class_of_an_installed_package_is_found_by_its_entry_point(tmp_path, monkeypatch):
+    """A package that declares `[project.entry-points."policyforge.policies"] NAME = "module"` needs no import by
+    the user: the run config's `class: NAME` loads it (here a real distribution's metadata on sys.path)."""
+    (tmp_path / "pf_plugin_demo.py").write_text(PLUGIN)
+    info = tmp_path / "pf_plugin_demo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pf-plugin-demo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[policyforge.policies]\nplugin-linear = pf_plugin_demo\nplugin-broken = pf_plugin_missing\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(PolicyConfig, "registry", dict(PolicyConfig.registry))  # leave the real one as it was
+    assert "plugin-linear" not in PolicyConfig.registry
+    config = from_dict(RunConfig, {"policy": {"class": "plugin-linear", "history": 3}})
+    assert config.policy.tag == "plugin-linear" and config.policy.history == 3
+    with pytest.raises(ConfigError, match=r"^policy.class: the installed plugin for 'plugin-broken' failed to load"):
+        from_dict(RunConfig, {"policy": {"class": "plugin-broken"}})
