@@ -164,7 +164,7 @@ class EnvSpec:
         return self.obs_shapes["policy"][0]
 
 
-class PolicyConfig(Tagged):
+class PolicyConfig(Tagged, abc.ABC):
     """The run config's `policy` section: a registered policy class's config (`policy: {class: flow, ...}`)."""
 
     registry: ClassVar[dict[str, type[Tagged]]] = {}
@@ -175,9 +175,9 @@ class PolicyConfig(Tagged):
     steps_field: ClassVar[str] = ""
     """The field counting the chain's stochastic steps (PPO's trainable_steps counts these); "" for one step."""
 
+    @abc.abstractmethod
     def build(self, env: EnvSpec) -> Policy:
         """The policy this config describes, for an env."""
-        raise NotImplementedError
 
     def chain_steps(self) -> int:
         """Stochastic steps of a sampled chain."""

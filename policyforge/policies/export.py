@@ -275,19 +275,7 @@ def export_checked(
         main = description_path(path).name
         for staged_file in sorted(Path(staging).iterdir(), key=lambda f: (f.suffix == ".json", f.name == main)):
             os.replace(staged_file, path.parent / staged_file.name)
-    _remove_superseded_description(path, fmt)
     return error
-
-
-def _remove_superseded_description(path: Path, fmt: Format) -> None:
-    """Delete the `<stem>.json` an older policyforge wrote for the graph just replaced at `path` (same format):
-    it describes a graph that is gone. One describing the other format's graph is that graph's: kept."""
-    legacy = path.with_suffix(".json")
-    try:
-        if json.loads(legacy.read_text()).get("format") == fmt:
-            legacy.unlink()
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _not_finite(policy: Policy, actions: np.ndarray) -> str:

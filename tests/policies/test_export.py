@@ -121,7 +121,9 @@ def test_an_older_shared_description_is_read_for_its_format_and_refused_for_the_
     export_checked(policy, onnx_path, "onnx", observations(policy))  # writes policy.onnx.json, keeps the .pt's
     assert load_description(onnx_path)["format"] == "onnx" and (tmp_path / "policy.json").exists()
     export_checked(policy, torchscript_path, "torchscript", observations(policy))
-    assert not (tmp_path / "policy.json").exists()  # it described the .pt graph just replaced
+    # the new description is read; the older file is left as it was (nothing marks it as policyforge's to delete)
+    assert load_description(torchscript_path)["graph_sha256"] == file_sha256(torchscript_path)
+    assert (tmp_path / "policy.json").read_text() == json.dumps(legacy)
 
 
 def test_the_description_lays_out_images_and_a_residuals_base_action(tmp_path):
