@@ -32,6 +32,10 @@ WORKSPACE = (np.array([0.2, -0.5, 0.05]), np.array([0.8, 0.5, 0.8]))
 FRANKA_SAFETY = {"max_step": 0.2, "state_timeout": 0.2, "command_timeout": 0.5, "workspace_margin": 0.05}
 """SafetyConfig fields of a Franka deployment: 25 Hz targets lead the joints by up to two control steps, and
 targets stay 5 cm inside the workspace box, for the arm overshoots a target by its stopping distance."""
+MOTION_WAIT_S = 10.0
+"""Longest wait for a motion to end (before switching between joint and Cartesian motions, or stopping), s: at
+half the dynamics limits the arm crosses its workspace in ~3 s, so a motion still running after this will not end
+(a stalled connection or controller); the driver stops it and raises instead of blocking the control loop."""
 
 
 @functools.cache
@@ -133,7 +137,7 @@ class Franka(Robot):
         else:
             motion = franky.JointMotion(list(map(float, command.position)))
         if self._motion_type not in (None, type(motion)):  # franky cannot switch types mid-motion
-            self.robot.join_motion()
+            self._wait_for_motion_end(franky)
         self._motion_type = type(motion)
         try:
             self.robot.move(motion, asynchronous=True)
@@ -149,13 +153,19 @@ class Franka(Robot):
         self.stats["commands"] += 1
         return command
 
-    def _stop(self, franky, asynchronous: bool = True) -> None:
-        """Decelerate to a stop where the arm is (the motion in progress aimed at an older target). Errors are
-        swallowed: this is the way out, also when the connection is gone."""
+    def _wait_for_motion_end(self, franky) -> None:
+        """Block until the motion in progress ends, at most `MOTION_WAIT_S`; past that, stop it and raise
+        `TimeoutError`."""
+        if not self.robot.join_motion(MOTION_WAIT_S):
+            self._stop(franky)
+            raise TimeoutError(f"Franka: the motion in progress did not end within {MOTION_WAIT_S} s; stopped it")
+
+    def _stop(self, franky) -> None:
+        """Start decelerating to a stop where the arm is (the motion in progress aimed at an older target). Errors
+        are swallowed: this is the way out, also when the connection is gone."""
         stop = franky.CartesianStopMotion() if self._motion_type is franky.CartesianMotion else franky.JointStopMotion()
         try:
-            with scheduling_kept():  # as in connect: a synchronous move runs libfranka's control loop in this thread
-                self.robot.move(stop, asynchronous=asynchronous)
+            self.robot.move(stop, asynchronous=True)
         except Exception:
             with contextlib.suppress(Exception):
                 self.robot.recover_from_errors()
@@ -166,5 +176,7 @@ class Franka(Robot):
             return
         import franky
 
-        self._stop(franky, asynchronous=False)
+        self._stop(franky)
+        with contextlib.suppress(Exception):  # disconnecting: a motion that will not end is the robot's to stop
+            self._wait_for_motion_end(franky)
         self.robot = None

@@ -111,3 +111,27 @@ def test_a_motion_the_planner_rejects_stops_the_arm_and_the_driver_carries_on(fr
         time.sleep(0.2)
     time.sleep(1.0)
     np.testing.assert_allclose(franka.observe().joint_pos, start + 0.2, atol=5e-3)
+
+
+def test_a_motion_that_does_not_end_in_time_is_stopped_instead_of_blocking_the_loop(franka, monkeypatch):
+    from policyforge.real_robot import franka as franka_module
+
+    start = franka.observe().joint_pos
+    far = start + np.array([0.8, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # ~2 s at half the dynamics limits
+    franka.send(Command(position=far))
+    # a Cartesian target must wait for the joint motion to end; that motion "never ends" within 0.1 s
+    monkeypatch.setattr(franka_module, "MOTION_WAIT_S", 0.1)
+    franka.config.mode = "cartesian"
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not end"):
+        franka.send(Command(position=start, ee_target=franka.observe().ee_pos))
+    assert time.monotonic() - began < 1.0
+    time.sleep(1.5)
+    stopped = franka.observe()
+    assert np.abs(stopped.joint_vel).max() < 1e-2  # stopped short of the far target
+    assert abs(stopped.joint_pos[0] - far[0]) > 0.1
+    monkeypatch.setattr(franka_module, "MOTION_WAIT_S", 10.0)
+    target = franka.observe().ee_pos + np.array([0.0, 0.0, -0.03])
+    franka.send(Command(position=stopped.joint_pos, ee_target=target))  # the driver carries on
+    time.sleep(1.5)
+    np.testing.assert_allclose(franka.observe().ee_pos, target, atol=5e-3)
