@@ -151,17 +151,8 @@ class Ctx:
         return self.execute([sys.executable, "-c", code, *map(str, args)], timeout)
 
     def execute(self, argv: list[str], timeout: float | None = None, fsize: int | None = None) -> Run:
-        start = time.monotonic()
-        process = self.popen(argv, fsize)
-        try:
-            output, _ = process.communicate(timeout=timeout or self.timeout)
-            returncode = process.returncode
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            output, returncode = process.communicate()[0], None
-        run = Run(argv, returncode, output or "", time.monotonic() - start)
-        self.runs.append(run)
-        return run
+        """Run `argv` to its end (SIGKILL on time-out) and record it."""
+        return self.collect(self._started(self.popen(argv, fsize)), timeout)
 
     def popen(self, argv: list[str], fsize: int | None = None) -> subprocess.Popen:
         """Start `argv` in its own process group (so a time-out also stops what it started, e.g. a robot peer)."""
@@ -179,7 +170,10 @@ class Ctx:
 
     def start(self, *args: Any, fsize: int | None = None) -> subprocess.Popen:
         """`policyforge ARGS` started in the background (to be killed); finish it with `collect`."""
-        process = self.popen(self.command(args), fsize)
+        return self._started(self.popen(self.command(args), fsize))
+
+    @staticmethod
+    def _started(process: subprocess.Popen) -> subprocess.Popen:
         process.started = time.monotonic()  # type: ignore[attr-defined]
         return process
 
