@@ -63,7 +63,7 @@ def _train(args: argparse.Namespace, console: Console) -> None:
     if args.resume:
         overrides = [a for a in (args.config, *args.overrides) if a]
         runner = Runner.resume(Path(args.resume), console, overrides)
-        console.print(f"resuming {args.resume} at {runner.env_steps:,} env steps")
+        console.print(f"resuming {args.resume} at {runner.env_steps:,} {runner.algo.step_unit.replace('_', ' ')}")
     else:
         if not args.config:
             raise ConfigError(

@@ -103,7 +103,7 @@ class ProgressDisplay:
         if console.is_terminal:
             self._progress = Progress(
                 TextColumn("[bold]train"),
-                BarColumn(),
+                BarColumn(bar_width=24),
                 TextColumn(f"{{task.completed:,}}/{{task.total:,}} {self.unit}"),
                 TextColumn("{task.fields[rate]}"),
                 TextColumn("{task.fields[figures]}"),
@@ -160,7 +160,7 @@ class ProgressDisplay:
         if "train/success" in self._train:
             train.append(f"success {percent(self._train['train/success'])}")
         if "train/return" in self._train:
-            train.append(f"return {self._train['train/return']:.4g}")
+            train.append(f"return {self._train['train/return']:.1f}")
         parts = [f"train: {', '.join(train)}"] if train else []
         return "  │  ".join([*parts, self._eval] if self._eval else parts)
 
