@@ -23,6 +23,7 @@ LONG = ["configs/pendulum-swingup-ppo.yaml", "sim.num_envs=8", "ppo.rollout_step
 """A run far too long to finish, that never checkpoints by itself."""
 
 
+@pytest.mark.slow  # two processes train: about 15 s
 def test_ctrl_c_saves_the_current_iteration_and_prints_the_resume_command(tmp_path):
     run_dir = tmp_path / "stopped"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
