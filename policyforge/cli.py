@@ -117,14 +117,17 @@ def _report(console: Console, summary: dict, run_dir: Path) -> None:
 
 
 def _eval(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.algos import checkpoint
     from policyforge.algos.evaluate import evaluate
-    from policyforge.algos.progress import metric_text
+    from policyforge.algos.progress import best_line, metric_text
     from policyforge.algos.runner import EVAL_SEED_OFFSET, load_run
     from policyforge.sims.config import MAX_ENVS
 
     if args.envs is not None and not 1 <= args.envs <= MAX_ENVS:
         raise ConfigError("--envs", f"must be in [1, {MAX_ENVS}] (evaluation episodes, one per env), got {args.envs}")
     config, policy, env = load_run(Path(args.run_dir), args.checkpoint, args.envs, args.backend)
+    if args.checkpoint == "best":  # which evaluation it was, as training recorded it
+        console.print(best_line(checkpoint.read(checkpoint.resolve(Path(args.run_dir), "best"))["best"]))
     video = Path(args.run_dir) / "videos" / "eval_cli.mp4" if args.video else None
     metrics = evaluate(policy, env, config.seed + EVAL_SEED_OFFSET, video, config.runner.video_camera)
     env.close()

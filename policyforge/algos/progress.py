@@ -183,3 +183,9 @@ def eval_figures(metrics: dict[str, float], episodes: int | None = None, short: 
     if "eval/length" in metrics and not short:
         parts.append(f"length {metrics['eval/length']:.0f}")
     return ", ".join(parts)
+
+
+def best_line(best: dict) -> str:
+    """What best.pt holds, from its recorded figures (`checkpoint.save_best`)."""
+    unit = unit_name(best.get("step_unit", "env_steps"))
+    return f"best.pt: the policy evaluated @ {best['step']:,} {unit}: {eval_figures(best, short=True)}"

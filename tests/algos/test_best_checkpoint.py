@@ -41,6 +41,7 @@ def test_eval_checkpoint_best_evaluates_the_best_policy(evaluated_run, capsys):
     assert main(["eval", str(evaluated_run), "--checkpoint", "best"]) == 0
     out = capsys.readouterr().out
     assert f"eval/return: {best['eval/return']:.4g}" in out  # the same seeded evaluation, so the same figure
+    assert f"best.pt: the policy evaluated @ {best['step']:,} env steps: success 0%, return" in " ".join(out.split())
     assert re.search(r"eval/success: \d+%", out), "success in percent"
     assert main(["eval", str(evaluated_run), "--checkpoint", "latest"]) == 0
     final = [r for r in read_metrics(evaluated_run) if "eval/return" in r][-1]
