@@ -48,7 +48,7 @@ def duration(seconds: float) -> str:
 class ProgressPlan:
     """What is left of a training session: the runner trains whole iterations of `per_iteration` steps from
     `start` while below `total`, evaluates whenever its count reaches a multiple of `eval_every` (0: never in the
-    loop), and evaluates once more at the end."""
+    loop) before the last iteration, and evaluates at the end (the final evaluation)."""
 
     start: int
     """Step count the session started from (0, or where a resumed run stood)."""
@@ -67,13 +67,13 @@ class ProgressPlan:
         return self.start + math.ceil((self.total - self.start) / self.per_iteration) * self.per_iteration
 
     def evaluations_left(self, steps: int) -> int:
-        """Evaluations still to run after `steps`: those the loop will reach, and the final one."""
-        end = max(self.end, steps)
-        if not self.eval_every:
+        """Evaluations still to run after `steps`: those the loop will reach before its last iteration (whose
+        evaluation is the final one), and the final one."""
+        if not self.eval_every or steps >= self.end:
             return 1
         if self.per_iteration >= self.eval_every:  # every iteration reaches a new multiple
-            return math.ceil((end - steps) / self.per_iteration) + 1
-        return end // self.eval_every - steps // self.eval_every + 1
+            return (self.end - steps) // self.per_iteration
+        return (self.end - self.per_iteration) // self.eval_every - steps // self.eval_every + 1
 
     def eta(self, steps: int, training_s: float, eval_s: float | None) -> float | None:
         """Seconds left at `steps`, `training_s` after the session started (all its time but evaluations'),

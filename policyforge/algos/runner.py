@@ -244,7 +244,7 @@ class Runner:
             )
             if self.iteration == 1:
                 metrics["perf/compile_s"] = self.compile_seconds
-            if next_eval and self.env_steps >= next_eval:
+            if next_eval and total > self.env_steps >= next_eval:  # after the last iteration: the final one
                 metrics.update(self._evaluation(cfg.video == "every_eval", display))
                 next_eval = self._next_multiple(cfg.eval_every_steps)
             logger.log(self.env_steps, metrics)
