@@ -26,7 +26,7 @@ from policyforge.algos.init_policy import load_initial_policy
 from policyforge.algos.interrupt import StopRequests, TrainingInterrupted, resume_command
 from policyforge.algos.logger import MetricsLogger, read_metrics
 from policyforge.algos.plots import plot_learning_curves
-from policyforge.algos.progress import ProgressDisplay, ProgressPlan
+from policyforge.algos.progress import ProgressDisplay, ProgressPlan, unit_name
 from policyforge.algos.run_config import CONFIG_FILE, EVAL_SEED_OFFSET, RunConfig, RunnerConfig  # noqa: F401
 from policyforge.algos.run_files import RunKind
 from policyforge.algos.run_lock import RunLock
@@ -269,7 +269,7 @@ class Runner:
         return {**metrics, "perf/eval_s": seconds}
 
     def _interrupted_message(self, saved: Path | None) -> str:
-        unit = self.algo.step_unit.replace("_", " ")
+        unit = unit_name(self.algo.step_unit)
         if saved is not None:
             what = f"saved iteration {self.iteration} ({self.env_steps:,} {unit}) to {saved}"
         elif self._saved is not None:
