@@ -1,6 +1,7 @@
 """Adapters out: any policyforge VecEnv as a gymnasium `VectorEnv`, a gymnasium `Env` (one env), or a
 Stable-Baselines3 `VecEnv`, so users can bring their own learners. Observations are one key of the dict
-(`policy` by default), as float32 numpy arrays; actions are Box(-1, 1)."""
+(`policy` by default), as float32 numpy arrays [N, D] (SB3: optionally a Dict with the privileged `critic`
+key too, for `AsymmetricActorCriticPolicy`, the SB3 policy defined here); actions are Box(-1, 1)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, MlpExtr
 from policyforge.sims.vec_env import VecEnv, env_ids_of
 
 
-def _spaces(env: VecEnv, obs_key: str) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+def _spaces(env: VecEnv, obs_key: str, field: str = "obs_key") -> tuple[gym.spaces.Box, gym.spaces.Box]:
     if obs_key not in env.obs_shapes:
-        raise ValueError(f"obs_key {obs_key!r} is not an observation of this env; it has {list(env.obs_shapes)}")
+        raise ValueError(f"{field} {obs_key!r} is not an observation of this env; it has {list(env.obs_shapes)}")
     obs = gym.spaces.Box(-np.inf, np.inf, env.obs_shapes[obs_key], np.float32)
     return obs, gym.spaces.Box(-1.0, 1.0, (env.action_dim,), np.float32)
 
@@ -158,7 +159,7 @@ class SB3VecEnv(sb3_vec_env.VecEnv):
         self.env, self.obs_key, self.critic_key = env, obs_key, critic_key
         observation_space, action_space = _spaces(env, obs_key)
         if critic_key is not None:
-            critic_space = _spaces(env, critic_key)[0]
+            critic_space = _spaces(env, critic_key, "critic_key")[0]
             observation_space = gym.spaces.Dict({obs_key: observation_space, critic_key: critic_space})
         super().__init__(env.num_envs, observation_space, action_space)
         self.metadata = {**self.metadata, "render_fps": round(1 / env.control_dt)}
