@@ -61,7 +61,9 @@ for _override, (_algo, _field) in CONFIG_CASES.items():
 
 @probe("train malformed YAML file", "config", "clear_error")
 def _malformed_yaml(ctx: Ctx) -> Verdict:
-    (ctx.work / "broken.yaml").write_text("algo: {class: ppo}\nsim:\n  task: pendulum-swingup\n  num_envs: [8,\nalgo: {\n")
+    (ctx.work / "broken.yaml").write_text(
+        "algo: {class: ppo}\nsim:\n  task: pendulum-swingup\n  num_envs: [8,\nalgo: {\n"
+    )
     return refused(ctx.cli("train", "broken.yaml", *TINY, "name=probe"), "broken.yaml")
 
 
