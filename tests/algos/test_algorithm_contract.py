@@ -121,6 +121,7 @@ def _final_eval(run_dir) -> dict:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
 
 
+@pytest.mark.slow  # 4-8 s on this 2-core machine, like the toy policy class's test (tests/conftest.py)
 def test_an_algorithm_in_one_module_trains_resumes_and_learns(tmp_path):
     """Vanilla policy gradient, registered by toy_algorithm.py's one line, run by `policyforge train` on arm-reach
     (32 envs, 1,024 env steps per iteration): its checkpoints resume, and its evaluation return rises — from 14
