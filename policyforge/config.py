@@ -3,7 +3,8 @@
 Every config is a dataclass with a docstring under each field. `from_dict` converts and checks a plain
 mapping against the dataclass' type hints; a wrong key, a wrong type or an impossible value raises
 `ConfigError` naming the field's dotted path and what is allowed. A field typed with a `Tagged` family (the
-run config's `policy`) holds whichever registered dataclass its `class:` key names.
+run config's `policy` and `algo`) holds whichever registered dataclass its `class:` key names; a bare name
+(`algo: sac`, the override `policy=flow`) is that class with its defaults.
 """
 
 from __future__ import annotations
@@ -196,7 +197,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             if child is None:
                 child = node[key] = {}
             if not isinstance(child, dict):
-                raise ConfigError(dotted, f"{key} is not a section, so {dotted} cannot be set")
+                message = f"{key} is not a section, so {dotted} cannot be set"
+                if isinstance(child, str):  # `algo=sac algo.batch_size=64`: a class name, not a section
+                    message += f" (a class and its keys at once: {key}='{{{TAG_KEY}: {child}, {keys[-1]}: ...}}')"
+                raise ConfigError(dotted, message)
             node = child
         try:
             node[keys[-1]] = yaml.safe_load(raw)
@@ -376,9 +380,12 @@ def _default_tag(field: dataclasses.Field) -> str:
 
 
 def _convert_tagged(value: Any, family: type[Tagged], path: str) -> Tagged:
-    """The family member that `value`'s `class:` names, filled from the rest of `value`."""
+    """The family member that `value`'s `class:` names, filled from the rest of `value`; a bare name is
+    `{class: name}` (that member's defaults)."""
+    if isinstance(value, str):
+        value = {TAG_KEY: value}
     if not isinstance(value, Mapping):
-        raise ConfigError(path, f"expected a mapping with a `{TAG_KEY}:` key, got {value!r}")
+        raise ConfigError(path, f"expected a class name or a mapping with a `{TAG_KEY}:` key, got {value!r}")
     tag = value.get(TAG_KEY)
     if isinstance(tag, str) and tag not in family.registry:
         try:

@@ -10,7 +10,7 @@ from policyforge.cli import main
 
 TINY = [
     "sim.num_envs=8",
-    "ppo.rollout_steps=16",
+    "algo.rollout_steps=16",
     "runner.total_env_steps=512",
     "runner.eval_envs=2",
     "runner.tensorboard=true",
@@ -66,8 +66,8 @@ def test_a_run_is_never_overwritten(run_dir, capsys):
 
 
 def test_config_errors_name_the_field(capsys):
-    assert main(["train", "configs/arm-reach-ppo.yaml", "ppo.clip_ratio=-1"]) == 2
-    assert "ppo.clip_ratio: must be > 0" in capsys.readouterr().out
+    assert main(["train", "configs/arm-reach-ppo.yaml", "algo.clip_ratio=-1"]) == 2
+    assert "algo.clip_ratio: must be > 0" in capsys.readouterr().out
     assert main(["train", "configs/pendulum-swingup-sac.yaml", "policy.squash=false"]) == 2
     assert "policy.squash: SAC needs tanh-squashed actions" in capsys.readouterr().out
 
@@ -137,8 +137,13 @@ def test_every_recipe_loads():
 def test_the_bc_recipe_trains_evaluates_films_and_exports(tmp_path, capsys):
     data = tmp_path / "lift"
     assert main(["collect", "arm-lift-cube", "--episodes", "2", "--out", str(data), "--envs", "2"]) == 0
-    train = ["train", "configs/arm-lift-cube-flow-bc.yaml", f"bc.dataset={data}", f"out_dir={tmp_path}", "name=bc"]
-    train += ["bc.gradient_steps=40", "bc.steps_per_iteration=20", "runner.eval_envs=2", "runner.eval_every_steps=0"]
+    train = ["train", "configs/arm-lift-cube-flow-bc.yaml", f"algo.dataset={data}", f"out_dir={tmp_path}", "name=bc"]
+    train += [
+        "algo.gradient_steps=40",
+        "algo.steps_per_iteration=20",
+        "runner.eval_envs=2",
+        "runner.eval_every_steps=0",
+    ]
     assert main(train) == 0
     out = capsys.readouterr().out
     assert "gradient_steps" in out and "eval/success" in out
@@ -162,8 +167,8 @@ def test_bc_dataset_problems_are_config_errors_on_bc_dataset(tmp_path, capsys):
     damaged = tmp_path / "damaged"
     assert main(["collect", "arm-lift-cube", "episode_seconds=0.4", "--episodes", "2", "--out", str(damaged)]) == 0
     train = ["train", "configs/arm-lift-cube-flow-bc.yaml", f"out_dir={tmp_path / 'runs'}", "runner.eval_envs=1"]
-    assert main([*train, f"bc.dataset={damaged}", "bc.max_episodes=5"]) == 2
-    assert "set bc.max_episodes to at most 2 (0: all)" in " ".join(capsys.readouterr().out.split())
+    assert main([*train, f"algo.dataset={damaged}", "algo.max_episodes=5"]) == 2
+    assert "set algo.max_episodes to at most 2 (0: all)" in " ".join(capsys.readouterr().out.split())
     data_file = damaged / "data/chunk-000/file-001.parquet"
     data_file.write_bytes(data_file.read_bytes()[:300])
     for dataset, message in [
@@ -172,9 +177,9 @@ def test_bc_dataset_problems_are_config_errors_on_bc_dataset(tmp_path, capsys):
         ("not-a-dataset", "is not a LeRobotDataset"),
         ("damaged", "file-001.parquet, a file of episode 1, is damaged: it cannot be read"),
     ]:
-        assert main([*train, f"bc.dataset={tmp_path / dataset}"]) == 2
+        assert main([*train, f"algo.dataset={tmp_path / dataset}"]) == 2
         printed = " ".join(capsys.readouterr().out.split())
-        assert f"bc.dataset: {tmp_path / dataset}" in printed and message in printed, printed
+        assert f"algo.dataset: {tmp_path / dataset}" in printed and message in printed, printed
 
 
 def test_bench_runs_scripts_of_bench_only(capsys):
@@ -201,7 +206,7 @@ def test_config_show_prints_the_resolved_config_with_every_docstring(capsys):
     from policyforge.config import field_docs, from_dict, load
     from policyforge.sims import SimConfig
 
-    assert main(["config", "show", "arm-reach-ppo", "sim.num_envs=8", "ppo.gamma=0.97"]) == 0
+    assert main(["config", "show", "arm-reach-ppo", "sim.num_envs=8", "algo.gamma=0.97"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for field, docs in (
         ("  num_envs: 8", field_docs(SimConfig)["num_envs"]),
@@ -213,7 +218,8 @@ def test_config_show_prints_the_resolved_config_with_every_docstring(capsys):
             comment.insert(0, lines[at - 1 - len(comment)].strip().removeprefix("# "))
         assert " ".join(comment) == " ".join(docs.split())
     assert "sim:" in lines and "  task: arm-reach" in lines  # the recipe's value, inside its section
-    resolved = load(RunConfig, "configs/arm-reach-ppo.yaml", ["sim.num_envs=8", "ppo.gamma=0.97"])
+    assert lines[lines.index("algo:") + 2] == "  class: ppo"  # the algorithm section, its class (after its doc)
+    resolved = load(RunConfig, "configs/arm-reach-ppo.yaml", ["sim.num_envs=8", "algo.gamma=0.97"])
     assert from_dict(RunConfig, yaml.safe_load("\n".join(lines))) == resolved  # the printout is the config
 
 

@@ -16,7 +16,7 @@ sim:
   num_envs: 8
   randomization:
     friction: [0.5, 1.5]
-ppo:
+algo:
   gamma: 0.95
   rollout_steps: 16
 runner:
@@ -34,8 +34,8 @@ def test_yaml_and_overrides(tmp_path):
     assert cfg.sim.randomization.friction == (0.5, 1.5)
     assert cfg.sim.task_options == {"control_mode": "joint_delta"}
     assert (
-        cfg.ppo.gamma == 0.95 and cfg.ppo.rollout_steps == 16 and cfg.ppo.gae_lambda == PPOConfig().gae_lambda
-    )  # the rest: defaults
+        cfg.algo.gamma == 0.95 and cfg.algo.rollout_steps == 16 and cfg.algo.gae_lambda == PPOConfig().gae_lambda
+    )  # the rest: defaults; no `class:`: PPO
     assert cfg.runner.eval_envs == 4 and cfg.runner.total_env_steps == 4096
     assert cfg.runner.checkpoint_every == RunnerConfig().checkpoint_every
     assert from_dict(RunConfig, to_dict(cfg)) == cfg
@@ -93,18 +93,21 @@ def test_exponent_floats_without_a_dot_are_numbers():
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("sac.gamma=-1", r"^sac.gamma: must be in \(0, 1\], got -1$"),
-        ("ppo.max_grad_norm=-1", r"^ppo.max_grad_norm: must be > 0, got -1 \(a clip ≤ 0 zeroes or reverses"),
-        ("ppo.value_coef=-1", r"^ppo.value_coef: must be in \[0, 1000\], got -1$"),
-        ("ppo.gamma=.nan", r"^ppo.gamma: must be a finite number \(within float32's ±3.4e38\), got nan$"),
-        ("sac.actor_lr=nan", r"^sac.actor_lr: must be a finite number .*, got 'nan'$"),
-        ("ppo.critic_lr=1e400", r"^ppo.critic_lr: must be a finite number .*, got '1e400'$"),
-        ("sac.init_alpha=1e999999", r"^sac.init_alpha: must be a finite number"),
+        ("algo={class: sac, gamma: -1}", r"^algo.gamma: must be in \(0, 1\], got -1$"),
+        ("algo.max_grad_norm=-1", r"^algo.max_grad_norm: must be > 0, got -1 \(a clip ≤ 0 zeroes or reverses"),
+        ("algo.value_coef=-1", r"^algo.value_coef: must be in \[0, 1000\], got -1$"),
+        ("algo.gamma=.nan", r"^algo.gamma: must be a finite number \(within float32's ±3.4e38\), got nan$"),
+        ("algo={class: sac, actor_lr: nan}", r"^algo.actor_lr: must be a finite number .*, got 'nan'$"),
+        ("algo.critic_lr=1e400", r"^algo.critic_lr: must be a finite number .*, got '1e400'$"),
+        ("algo={class: sac, init_alpha: 1e999999}", r"^algo.init_alpha: must be a finite number"),
         (
-            "ppo.clip_ratio=1.0e+300",
-            r"^ppo.clip_ratio: must be a finite number \(within float32's ±3.4e38\), got 1e\+300$",
+            "algo.clip_ratio=1.0e+300",
+            r"^algo.clip_ratio: must be a finite number \(within float32's ±3.4e38\), got 1e\+300$",
         ),
-        ("sac.batch_size=2000000", r"^sac.batch_size: must be in \[1, buffer_size=1000000\], got 2000000$"),
+        (
+            "algo={class: sac, batch_size: 2000000}",
+            r"^algo.batch_size: must be in \[1, buffer_size=1000000\], got 2000000$",
+        ),
         ("sim.randomization.friction=[0.5, .inf]", r"^sim.randomization.friction: must be a finite number .*, got inf"),
         ("sim.randomization.mass_scale=[0.5, 1e6]", r"^sim.randomization.mass_scale: both ends must be in \[0.1, 10\]"),
         ("sim.randomization.com_offset=3", r"^sim.randomization.com_offset: must be in \[0, 0.2\] m, got 3 m$"),
@@ -114,14 +117,20 @@ def test_exponent_floats_without_a_dot_are_numbers():
         ),
         ("seed=-1", r"^seed: must be in \[0, 4293967292\]; seeds up to seed \+ 1,000,003 are used, got -1$"),
         ("seed=4294967295", r"^seed: must be in \[0, 4293967292\]"),
-        ("ppo.minibatches=5000", r"^ppo.minibatches: must be in \[1, sim.num_envs × ppo.rollout_steps=2048\]"),
-        ("bc.steps_per_iteration=30000", r"^bc.steps_per_iteration: must be in \[1, gradient_steps=20000\]"),
+        ("algo.minibatches=5000", r"^algo.minibatches: must be in \[1, sim.num_envs × algo.rollout_steps=2048\]"),
+        (
+            "algo={class: bc, steps_per_iteration: 30000}",
+            r"^algo.steps_per_iteration: must be in \[1, gradient_steps=20000\]",
+        ),
         ("policy={class: diffusion, denoiser: {groups: 0}}", r"^policy.denoiser.groups: must be ≥ 1, got 0$"),
         (
             "policy={class: flow, encoder: {image_channels: 12}}",
             r"^policy.encoder.image_channels: must be a multiple of 8, got 12$",
         ),
-        ("sac.critic_obs_key=critc", r"^sac.critic_obs_key: must be 'critic' \(privileged\) or 'policy', got 'critc'$"),
+        (
+            "algo={class: sac, critic_obs_key: critc}",
+            r"^algo.critic_obs_key: must be 'critic' \(privileged\) or 'policy', got 'critc'$",
+        ),
         ("sim.device=gpu", r"^sim.device: not a torch device: 'gpu'; e.g. cpu, cuda, cuda:1$"),
     ],
 )
@@ -134,14 +143,14 @@ def test_malformed_yaml_names_the_file_and_line(tmp_path, capsys):
     from policyforge.cli import main
 
     recipe = tmp_path / "broken.yaml"
-    recipe.write_text("sim:\n  num_envs: [1, 2\nppo: {}\n")
+    recipe.write_text("sim:\n  num_envs: [1, 2\nalgo: {}\n")
     with pytest.raises(
-        ConfigError, match=rf"^{recipe}: is not valid YAML: expected ',' or '\]'.* at line 3, column 4$"
+        ConfigError, match=rf"^{recipe}: is not valid YAML: expected ',' or '\]'.* at line 3, column 5$"
     ):
         load(RunConfig, recipe)
     assert main(["train", str(recipe)]) == 2
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
-    assert f"{recipe}: is not valid YAML" in printed and "at line 3, column 4" in printed
+    assert f"{recipe}: is not valid YAML" in printed and "at line 3, column 5" in printed
 
 
 @pytest.mark.parametrize(
@@ -180,7 +189,7 @@ def test_eval_refuses_a_non_positive_env_count(tmp_path, capsys):
     from policyforge.cli import main
 
     settings = {"name": "tiny", "out_dir": str(tmp_path), "sim": {"num_envs": 2}, "policy": {"hidden": [8]}}
-    settings.update({"ppo": {"rollout_steps": 4, "critic_hidden": [8], "minibatches": 2}})
+    settings.update({"algo": {"rollout_steps": 4, "critic_hidden": [8], "minibatches": 2}})
     settings["runner"] = {"total_env_steps": 8, "eval_envs": 2, "video": "none", "tensorboard": False}
     runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
     runner.train()

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from policyforge.algos import runner as runner_module
+from policyforge.algos.registry import AlgoConfig
 from policyforge.algos.runner import RunConfig, Runner
 from policyforge.config import ConfigError, Tagged, from_dict
 from policyforge.policies.base import PolicyConfig
@@ -47,7 +48,7 @@ class Leaf:
     """One numeric field of a config tree."""
 
     path: str
-    """Dotted path from the root config, e.g. `ppo.gamma`, `sim.task_options.max_speed`."""
+    """Dotted path from the root config, e.g. `algo.gamma`, `sim.task_options.max_speed`."""
     kind: str
     """`int`, `float`, `range` ([low, high] floats), `sizes` (a list of ints) or `weights` (name → float)."""
     default: Any
@@ -57,6 +58,8 @@ class Leaf:
     """The sim.task whose options hold it (task options), else the base task."""
     policy: str = ""
     """The policy class whose section holds it (paths under `policy.`)."""
+    algo: str = ""
+    """The algorithm whose section holds it (paths under `algo.`)."""
 
     @property
     def name(self) -> str:
@@ -92,10 +95,16 @@ def numeric_fields(cls: type, prefix: str = "") -> Iterator[tuple[str, str, Any]
 
 
 def all_leaves() -> list[Leaf]:
-    """RunConfig's numeric fields, every policy class's (under policy), every task's options (under
-    sim.task_options) and TourConfig's."""
+    """RunConfig's numeric fields, every policy class's (under policy), every algorithm's (under algo), every
+    task's options (under sim.task_options) and TourConfig's."""
     leaves = [Leaf(path, kind, default) for path, kind, default in numeric_fields(RunConfig)]
-    leaves = [leaf for leaf in leaves if not leaf.path.startswith("policy.")]  # the default class's; all below
+    tagged = ("policy.", "algo.")
+    leaves = [leaf for leaf in leaves if not leaf.path.startswith(tagged)]  # the default classes'; all below
+    for name, algo_config in AlgoConfig.registry.items():
+        if algo_config.__module__.startswith("policyforge."):  # a test's algorithm has its own tests
+            leaves += [
+                Leaf(path, kind, default, algo=name) for path, kind, default in numeric_fields(algo_config, "algo.")
+            ]
     for name, policy_config in PolicyConfig.registry.items():
         if not policy_config.__module__.startswith("policyforge."):
             continue  # a class a test registers (tests/algos/toy_policy.py) has its own tests
@@ -124,13 +133,26 @@ POLICIES: dict[str, dict[str, Any]] = {
     "residual": {"class": "residual", "hidden": [16], "base": RESIDUAL_BASE_DIFFUSION},
 }
 """Each policy class's small section."""
+ALGOS: dict[str, dict[str, Any]] = {
+    "ppo": {"class": "ppo", "rollout_steps": 4, "epochs": 2, "minibatches": 2, "critic_hidden": [16]},
+    "sac": {
+        "class": "sac",
+        "buffer_size": 1000,
+        "batch_size": 8,
+        "learning_starts": 4,
+        "steps_per_iteration": 4,
+        "critic_hidden": [16],
+    },
+    "bc": {"class": "bc", "gradient_steps": 6, "steps_per_iteration": 3, "batch_size": 8, "warmup_steps": 2},
+}
+"""Each algorithm's small section."""
 BASES: dict[str, dict[str, Any]] = {
-    "ppo-gaussian": {"algo": "ppo", "policy": POLICIES["gaussian"]},
-    "ppo-diffusion": {"algo": "ppo", "policy": POLICIES["diffusion"]},
+    "ppo-gaussian": {"algo": ALGOS["ppo"], "policy": POLICIES["gaussian"]},
+    "ppo-diffusion": {"algo": ALGOS["ppo"], "policy": POLICIES["diffusion"]},
     "ppo-dppo": {
-        "algo": "ppo",
         "policy": POLICIES["diffusion"],
-        "ppo": {
+        "algo": {
+            **ALGOS["ppo"],
             "ratio": "per_step",
             "trainable_steps": 2,
             "denoising_discount": 0.99,
@@ -139,38 +161,28 @@ BASES: dict[str, dict[str, Any]] = {
             "bc_coef": 0.1,
         },
     },
-    "ppo-flow": {"algo": "ppo", "policy": POLICIES["flow"], "ppo": {"entropy_coef": 0.01}},
+    "ppo-flow": {"algo": {**ALGOS["ppo"], "entropy_coef": 0.01}, "policy": POLICIES["flow"]},
     "ppo-flow-grpo": {
-        "algo": "ppo",
         "policy": {**POLICIES["flow"], "chain_noise": "sde", "stochastic_steps": "one"},
-        "ppo": {"advantage": "grpo", "group_size": 2, "rollout_steps": 8},
+        "algo": {**ALGOS["ppo"], "advantage": "grpo", "group_size": 2, "rollout_steps": 8},
     },
-    "ppo-residual": {"algo": "ppo", "policy": POLICIES["residual"]},
-    "sac": {"algo": "sac", "policy": {**POLICIES["gaussian"], "squash": True, "state_dependent_std": True}},
-    "bc-gaussian": {"algo": "bc", "policy": POLICIES["gaussian"]},
-    "bc-diffusion": {"algo": "bc", "policy": POLICIES["diffusion"]},
-    "bc-flow": {"algo": "bc", "policy": {**POLICIES["flow"], "variant": "shortcut"}},
+    "ppo-residual": {"algo": ALGOS["ppo"], "policy": POLICIES["residual"]},
+    "sac": {"algo": ALGOS["sac"], "policy": {**POLICIES["gaussian"], "squash": True, "state_dependent_std": True}},
+    "bc-gaussian": {"algo": ALGOS["bc"], "policy": POLICIES["gaussian"]},
+    "bc-diffusion": {"algo": ALGOS["bc"], "policy": POLICIES["diffusion"]},
+    "bc-flow": {"algo": ALGOS["bc"], "policy": {**POLICIES["flow"], "variant": "shortcut"}},
 }
 """Algorithm × policy-class combinations, each cheap: pendulum-swingup, 2 envs, 16-unit networks, a few steps."""
 COMMON: dict[str, Any] = {
     "sim": {"task": "pendulum-swingup", "num_envs": 2, "task_options": {"episode_seconds": 0.5}},
-    "ppo": {"rollout_steps": 4, "epochs": 2, "minibatches": 2, "critic_hidden": [16]},
-    "sac": {
-        "buffer_size": 1000,
-        "batch_size": 8,
-        "learning_starts": 4,
-        "steps_per_iteration": 4,
-        "critic_hidden": [16],
-    },
-    "bc": {"gradient_steps": 6, "steps_per_iteration": 3, "batch_size": 8, "warmup_steps": 2},
     "runner": {"total_env_steps": 16, "eval_envs": 2, "video": "none", "tensorboard": False, "checkpoint_every": 1},
 }
 TASK_BASES = {"arm-reach": {"episode_seconds": 0.2}, "quadruped-walk": {"episode_seconds": 0.1}}
 """Short episodes of the other tasks whose options are trained with ppo-gaussian."""
 TYPICAL = {
-    "ppo.clip_ratio_first": 0.1,
-    "ppo.log_prob_clamp": (-5.0, 2.0),
-    "ppo.trainable_steps": 2,
+    "algo.clip_ratio_first": 0.1,
+    "algo.log_prob_clamp": (-5.0, 2.0),
+    "algo.trainable_steps": 2,
     "sim.randomization.friction": (0.8, 1.2),
     "sim.randomization.mass_scale": (0.8, 1.2),
     "sim.randomization.kp_scale": (0.8, 1.2),
@@ -198,7 +210,8 @@ def base_config(base: str, leaf: Leaf, resources: dict[str, str] | None = None) 
     if leaf.task != "pendulum-swingup":
         config["sim"]["task"], config["sim"]["task_options"] = leaf.task, dict(TASK_BASES.get(leaf.task, {}))
     resources = resources or {}
-    config["bc"]["dataset"] = resources.get("dataset", "data/pendulum-swingup")
+    if config["algo"]["class"] == "bc":
+        config["algo"]["dataset"] = resources.get("dataset", "data/pendulum-swingup")
     if base == "ppo-residual":
         config["init_policy"] = resources.get("residual_base", "runs/base")
     return config
@@ -206,7 +219,6 @@ def base_config(base: str, leaf: Leaf, resources: dict[str, str] | None = None) 
 
 def bases_for(leaf: Leaf) -> list[str]:
     """The small runs in which `leaf` is used."""
-    section = leaf.path.split(".", 1)[0]
     if leaf.root is TourConfig:
         return ["tour"]
     if leaf.task != "pendulum-swingup":
@@ -219,12 +231,9 @@ def bases_for(leaf: Leaf) -> list[str]:
     }
     if leaf.policy:
         return by_policy[leaf.policy]
-    by_section = {
-        "sac": ["sac"],
-        "bc": ["bc-gaussian", "bc-diffusion", "bc-flow"],
-        "ppo": ["ppo-gaussian", "ppo-diffusion", "ppo-dppo", "ppo-flow", "ppo-flow-grpo", "ppo-residual"],
-    }
-    return by_section.get(section, list(BASES))
+    if leaf.algo:
+        return [name for name, base in BASES.items() if base["algo"]["class"] == leaf.algo]
+    return list(BASES)
 
 
 def value_at(config: dict[str, Any], leaf: Leaf) -> Any:
@@ -330,7 +339,7 @@ def hostile_loads(leaf: Leaf, value: Any, base: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "leaf", LEAVES, ids=lambda leaf: f"{leaf.root.__name__}.{leaf.path}@{leaf.policy or leaf.task}"
+    "leaf", LEAVES, ids=lambda leaf: f"{leaf.root.__name__}.{leaf.path}@{leaf.policy or leaf.algo or leaf.task}"
 )
 def test_every_hostile_value_is_refused_naming_the_field_or_loads(leaf):
     """Values no field can use are refused; other hostile values are refused naming the field, or load."""
@@ -362,8 +371,8 @@ def resources(tmp_path_factory) -> dict[str, str]:
     runner_module.plot_learning_curves = _no_plot  # restored below; the plots are not what is tested here
     paths = {"out": str(out)}
     for name, extra in (
-        ("expert", {"policy": POLICIES["gaussian"]}),
-        ("residual-base", {"policy": RESIDUAL_BASE_DIFFUSION}),
+        ("expert", {"policy": POLICIES["gaussian"], "algo": ALGOS["ppo"]}),
+        ("residual-base", {"policy": RESIDUAL_BASE_DIFFUSION, "algo": ALGOS["ppo"]}),
     ):
         config = _merge(COMMON, {"name": name, "out_dir": str(out), **extra})
         runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))
@@ -486,12 +495,13 @@ PROBES = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "-1": -1.0}
 
 
 def floats_accepting(leaves: list[Leaf]) -> dict[str, list[str]]:
-    """For each probe value, the float fields among `leaves` that load with it (defaults elsewhere)."""
+    """For each probe value, the float fields among `leaves` that load with it (in the first small run that uses
+    the field: its class's section, so that no field is refused only as another class's unknown key)."""
     accepted: dict[str, list[str]] = {probe: [] for probe in PROBES}
     for leaf in leaves:
         if leaf.kind != "float":
             continue
-        config = {"sim": {"task": leaf.task}} if leaf.task != "pendulum-swingup" else {}
+        config = base_config(bases_for(leaf)[0], leaf)
         for probe, value in PROBES.items():
             try:
                 from_dict(leaf.root, with_value(config, leaf.path, value))

@@ -11,7 +11,7 @@ from policyforge.config import ConfigError, from_dict
 
 TINY = [
     "sim.num_envs=4",
-    "ppo.rollout_steps=8",
+    "algo.rollout_steps=8",
     "runner.total_env_steps=32",
     "runner.eval_envs=1",
     "runner.video=none",

@@ -39,13 +39,14 @@ TRACEBACK = (
 
 def test_refusals_are_classified_by_exit_status_traceback_and_what_they_name(kit):
     assert (
-        kit.refused(fabricated(kit, 2, "error ppo.gamma: must be in [0, 1], got -1"), "ppo.gamma").cls == "clear_error"
+        kit.refused(fabricated(kit, 2, "error algo.gamma: must be in [0, 1], got -1"), "algo.gamma").cls
+        == "clear_error"
     )
     assert kit.refused(fabricated(kit, 1, TRACEBACK), "seed").cls == "traceback"
-    assert kit.refused(fabricated(kit, 0, "finished: runs/x"), "ppo.gamma").cls == "silent"
-    assert kit.refused(fabricated(kit, 2, "error: something went wrong"), "ppo.gamma").cls == "silent"
-    assert kit.refused(fabricated(kit, None, ""), "ppo.gamma").cls == "silent"  # a hang
-    assert kit.refused(fabricated(kit, -9, ""), "ppo.gamma").cls == "silent"  # killed by a signal, no word
+    assert kit.refused(fabricated(kit, 0, "finished: runs/x"), "algo.gamma").cls == "silent"
+    assert kit.refused(fabricated(kit, 2, "error: something went wrong"), "algo.gamma").cls == "silent"
+    assert kit.refused(fabricated(kit, None, ""), "algo.gamma").cls == "silent"  # a hang
+    assert kit.refused(fabricated(kit, -9, ""), "algo.gamma").cls == "silent"  # killed by a signal, no word
 
 
 def test_marker_lost_files_and_tracebacks_outrank_the_probes_verdict(kit, ctx):

@@ -19,7 +19,7 @@ import torch
 from diffusers.optimization import get_cosine_schedule_with_warmup
 
 from policyforge.algos.base import Algorithm, StepCallback
-from policyforge.algos.registry import AlgorithmEntry, register_algorithm
+from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algorithm
 from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.data.layout import ACTION, STATE
@@ -34,8 +34,8 @@ MAX_BATCH_SIZE = 65_536
 
 
 @dataclasses.dataclass
-class BCConfig:
-    """Behaviour cloning."""
+class BCConfig(AlgoConfig):
+    """Behaviour cloning (`algo: {class: bc, ...}`)."""
 
     dataset: str = ""
     """Demonstration dataset directory (`policyforge collect <task>` writes one)."""
@@ -188,31 +188,31 @@ class BC(Algorithm):
 
 def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[str]) -> Demonstrations:
     """The dataset `config` names, checked against the task and env it will be evaluated in; ConfigError on
-    `bc.dataset` naming what is wrong with it (missing, empty, damaged, of another task or size)."""
+    `algo.dataset` naming what is wrong with it (missing, empty, damaged, of another task or size)."""
     check(
         bool(config.dataset),
-        "bc.dataset",
-        "give the demonstration dataset: bc.dataset=data/<task> "
+        "algo.dataset",
+        "give the demonstration dataset: algo.dataset=data/<task> "
         "(write one with `policyforge collect <task> --episodes N`)",
     )
     path = Path(config.dataset)
     record = f"`policyforge collect {task} --episodes 100 --out {path}`"
-    check(path.exists(), "bc.dataset", f"{path} does not exist; write it with {record}")
+    check(path.exists(), "algo.dataset", f"{path} does not exist; write it with {record}")
     try:
         demos = Demonstrations(path)
         recorded = demos.info.get("policyforge", {}).get("task")
         check(
             recorded in (None, task),
-            "bc.dataset",
+            "algo.dataset",
             f"{path} holds demonstrations of {recorded!r}, not sim.task={task!r}",
         )
-        check(demos.num_episodes > 0, "bc.dataset", f"{path} holds no episodes: record some with {record}")
+        check(demos.num_episodes > 0, "algo.dataset", f"{path} holds no episodes: record some with {record}")
         state_dim, action_dim = demos.column(STATE).shape[1], demos.column(ACTION).shape[1]
     except DatasetError as err:
-        raise ConfigError("bc.dataset", str(err)) from None
+        raise ConfigError("algo.dataset", str(err)) from None
     check(
         (state_dim, action_dim) == (env.obs_shapes["policy"][0], env.action_dim),
-        "bc.dataset",
+        "algo.dataset",
         f"{path} has states of {state_dim} and actions of {action_dim} values, the env {env.obs_shapes['policy'][0]} "
         f"and {env.action_dim} (different task_options?)",
     )
@@ -220,8 +220,8 @@ def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[
     check(not missing, "sim.image.cameras", f"{path} has no video of {missing}; it has {demos.cameras}")
     check(
         config.max_episodes <= demos.num_episodes,
-        "bc.max_episodes",
-        f"{path} holds {demos.num_episodes} episodes, fewer than {config.max_episodes}: set bc.max_episodes to at "
+        "algo.max_episodes",
+        f"{path} holds {demos.num_episodes} episodes, fewer than {config.max_episodes}: set algo.max_episodes to at "
         f"most {demos.num_episodes} (0: all), or record more with {record}",
     )
     return demos
@@ -232,17 +232,17 @@ def demo_windows(policy: Policy, demos: Demonstrations, config: BCConfig, camera
     try:
         windows = DemoWindows(demos, policy.obs_key, policy.n_obs_steps, policy.chunk_len, cameras, config.max_episodes)
     except DatasetError as err:  # e.g. a video that does not decode
-        raise ConfigError("bc.dataset", str(err)) from None
+        raise ConfigError("algo.dataset", str(err)) from None
     if len(windows) == 0:
-        raise ConfigError("bc.dataset", f"{config.dataset} has no frames")
+        raise ConfigError("algo.dataset", f"{config.dataset} has no frames")
     return windows
 
 
 def construct_bc(config: RunConfig, env: VecEnv, policy: Policy) -> BC:
     """Behaviour cloning of the run's dataset (checked against the env it is evaluated in)."""
     cameras = config.sim.image.cameras
-    demos = load_demonstrations(config.bc, config.sim.task, env, cameras)
-    return BC(policy, demo_windows(policy, demos, config.bc, cameras), config.bc)
+    demos = load_demonstrations(config.algo, config.sim.task, env, cameras)
+    return BC(policy, demo_windows(policy, demos, config.algo, cameras), config.algo)
 
 
-register_algorithm("bc", AlgorithmEntry(construct_bc))
+register_algorithm("bc", BCConfig, AlgorithmEntry(construct_bc))

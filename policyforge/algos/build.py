@@ -1,13 +1,12 @@
 """The policy and the algorithm a run config describes, for an environment: the policy section's registered class
-(`policy: {class: NAME, ...}`, policies.base.register_policy) and the registered algorithm `algo`
-(algos.registry.register_algorithm). Nothing here knows a policy or algorithm class."""
+(`policy: {class: NAME, ...}`, policies.base.register_policy) and the algorithm section's
+(`algo: {class: NAME, ...}`, algos.registry.register_algorithm). Nothing here knows a policy or algorithm class."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from policyforge.algos.base import Algorithm
-from policyforge.algos.registry import ALGORITHMS
 from policyforge.policies.base import EnvSpec, Policy
 from policyforge.sims.vec_env import VecEnv
 
@@ -19,10 +18,10 @@ def build_policy(config: RunConfig, env: VecEnv) -> Policy:
     """The run's policy for an env, as its algorithm trains it (e.g. PPO's frozen early steps), so that the run's
     checkpoints load into it."""
     policy = config.policy.build(EnvSpec(env.obs_shapes, env.action_dim))
-    ALGORITHMS[config.algo].prepare_policy(config, policy)
+    config.algo.entry.prepare_policy(config, policy)
     return policy
 
 
 def build(config: RunConfig, env: VecEnv) -> Algorithm:
     """The policy and algorithm a config describes, for an env."""
-    return ALGORITHMS[config.algo].construct(config, env, build_policy(config, env))
+    return config.algo.entry.construct(config, env, build_policy(config, env))

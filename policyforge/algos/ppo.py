@@ -60,7 +60,7 @@ class PPO(Algorithm):
         self.critic_keys = {config.critic_obs_key}
         check(
             config.advantage != "grpo" or num_envs % config.group_size == 0,
-            "ppo.group_size",
+            "algo.group_size",
             f"must divide sim.num_envs={num_envs} for GRPO groups, got {config.group_size}",
         )
         self.anchor: Policy | None = None
@@ -322,25 +322,27 @@ def _chunks(size: int, chunk: int) -> list[slice]:
 
 def construct_ppo(config: RunConfig, env: VecEnv, policy: Policy) -> PPO:
     """PPO for `policy` in `env`, its learning-rate schedule spanning runner.total_env_steps."""
-    steps_per_iteration = env.num_envs * config.ppo.rollout_steps * policy.act_steps
+    ppo: PPOConfig = config.algo
+    steps_per_iteration = env.num_envs * ppo.rollout_steps * policy.act_steps
     iterations = math.ceil(config.runner.total_env_steps / steps_per_iteration)
-    critic_dim = env.obs_shapes[config.ppo.critic_obs_key][0]
-    return PPO(policy, critic_dim, env.num_envs, config.ppo, iterations)
+    critic_dim = env.obs_shapes[ppo.critic_obs_key][0]
+    return PPO(policy, critic_dim, env.num_envs, ppo, iterations)
 
 
 def train_only_last_steps(config: RunConfig, policy: Policy) -> None:
-    """`ppo.trainable_steps`: the earlier steps of the policy's chain run a frozen copy (DPPO's K')."""
-    if config.ppo.trainable_steps is not None:
+    """`algo.trainable_steps`: the earlier steps of the policy's chain run a frozen copy (DPPO's K')."""
+    if config.algo.trainable_steps is not None:
         try:
-            policy.train_only_last_steps(config.ppo.trainable_steps)
+            policy.train_only_last_steps(config.algo.trainable_steps)
         except ValueError as err:
-            raise ConfigError("ppo.trainable_steps", str(err)) from None
+            raise ConfigError("algo.trainable_steps", str(err)) from None
 
 
 def check_run(config: RunConfig) -> None:
     """Settings of the policy section that PPO's rescoring, minibatches or trainable steps rule out."""
-    ppo, decisions = config.ppo, config.sim.num_envs * config.ppo.rollout_steps
-    check_in(ppo.minibatches, "ppo.minibatches", f"[1, sim.num_envs × ppo.rollout_steps={decisions}]")
+    ppo: PPOConfig = config.algo
+    decisions = config.sim.num_envs * ppo.rollout_steps
+    check_in(ppo.minibatches, "algo.minibatches", f"[1, sim.num_envs × algo.rollout_steps={decisions}]")
     try:
         config.policy.check_for_rl()
     except ConfigError as err:
@@ -349,9 +351,18 @@ def check_run(config: RunConfig) -> None:
         steps, field = config.policy.chain_steps(), config.policy.steps_field
         if not field:
             why = f"a {config.policy.tag} policy's chain has a single stochastic step; null: every step"
-            check_in(ppo.trainable_steps, "ppo.trainable_steps", "[1, 1]", why)
+            check_in(ppo.trainable_steps, "algo.trainable_steps", "[1, 1]", why)
         else:
-            check_in(ppo.trainable_steps, "ppo.trainable_steps", f"[1, policy.{field}={steps}]", "or null: every step")
+            check_in(ppo.trainable_steps, "algo.trainable_steps", f"[1, policy.{field}={steps}]", "or null: every step")
 
 
-register_algorithm("ppo", AlgorithmEntry(construct_ppo, train_only_last_steps, check_run))
+def normalizer_default(config: RunConfig) -> None:
+    """`algo.update_policy_normalizer: null`: a new part's statistics start empty and follow the rollouts; a loaded
+    policy's (init_policy, not just a residual's base) stay as trained."""
+    if config.algo.update_policy_normalizer is None:
+        config.algo.update_policy_normalizer = not config.init_policy or bool(config.policy.pretrained_part)
+
+
+register_algorithm(
+    "ppo", PPOConfig, AlgorithmEntry(construct_ppo, train_only_last_steps, check_run, normalizer_default)
+)

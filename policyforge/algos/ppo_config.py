@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from policyforge.algos.registry import AlgoConfig
 from policyforge.config import check, check_bounds, check_in, check_sizes
 from policyforge.policies.networks import MAX_WIDTH, Activation
 
@@ -19,8 +20,8 @@ MAX_EPOCHS = 1000
 
 
 @dataclasses.dataclass
-class PPOConfig:
-    """PPO hyper-parameters."""
+class PPOConfig(AlgoConfig):
+    """PPO hyper-parameters (`algo: {class: ppo, ...}`; registered in algos/ppo.py)."""
 
     rollout_steps: int = 32
     """Decisions per environment per iteration (T); an iteration is N × T environment steps."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from policyforge.algos.registry import ALGORITHMS
 from policyforge.config import check
 
 if TYPE_CHECKING:
@@ -15,8 +14,7 @@ if TYPE_CHECKING:
 
 def check_sections(config: RunConfig) -> None:
     """Raise `ConfigError` naming a field whose value the other sections rule out."""
-    check(config.algo in ALGORITHMS, "algo", f"got {config.algo!r}; allowed: {', '.join(ALGORITHMS)}")
-    ALGORITHMS[config.algo].check(config)
+    config.algo.entry.check(config)
     if config.policy.pretrained_part:
         check(
             bool(config.init_policy),

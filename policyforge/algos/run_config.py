@@ -9,10 +9,9 @@ from typing import Any, Literal
 
 import policyforge.policies  # noqa: F401  (registers the policy classes)
 from policyforge.algos import bc, ppo, run_files, sac  # noqa: F401  (register the algorithms)
-from policyforge.algos.bc import BCConfig
 from policyforge.algos.ppo_config import PPOConfig
+from policyforge.algos.registry import AlgoConfig
 from policyforge.algos.run_checks import check_sections
-from policyforge.algos.sac import SACConfig
 from policyforge.config import TAG_KEY, check, check_in, check_seed
 from policyforge.io import is_plain_name
 from policyforge.policies.base import PolicyConfig
@@ -66,24 +65,19 @@ class RunConfig:
     """Parent directory of run directories (any path)."""
     seed: int = 0
     """Seed of networks, sampling and environments."""
-    algo: str = "ppo"
-    """Algorithm, a registered name: `ppo`, `sac` or `bc` (behaviour cloning); its section below is used."""
+    algo: AlgoConfig = dataclasses.field(default_factory=PPOConfig)
+    """The algorithm: a registered class and its settings, `algo: {class: ppo | sac | bc, ...}` (bc: behaviour
+    cloning); `algo: sac` alone is `{class: sac}` with its defaults. Without `class:` the section describes PPO."""
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)
     """Simulation."""
     policy: PolicyConfig = dataclasses.field(default_factory=lambda: PolicyConfig.registry["gaussian"]())
     """The policy: a registered class and its settings, `policy: {class: gaussian | diffusion | flow | residual,
     ...}` (a residual's frozen base is a section of its own: `policy: {class: residual, base: {class: flow, ...}}`).
     Without `class:` the section describes a Gaussian policy."""
-    bc: BCConfig = dataclasses.field(default_factory=BCConfig)
-    """Behaviour cloning settings (algo: bc)."""
     init_policy: str = ""
     """Start from the policy of this run directory (its latest checkpoint) or checkpoint file, e.g. a BC run to
     fine-tune with PPO; the policy sections must describe the same architecture. For a residual policy, its
     base's weights (required)."""
-    ppo: PPOConfig = dataclasses.field(default_factory=PPOConfig)
-    """PPO settings (algo: ppo)."""
-    sac: SACConfig = dataclasses.field(default_factory=SACConfig)
-    """SAC settings (algo: sac)."""
     runner: RunnerConfig = dataclasses.field(default_factory=RunnerConfig)
     """Run length, evaluation, checkpoints."""
 
@@ -91,27 +85,34 @@ class RunConfig:
         check(not self.name or is_plain_name(self.name), "name", run_files.plain_name_message(self.name))
         check_seed(self.seed, "seed", EVAL_SEED_OFFSET)
         check_sections(self)
-        if self.ppo.update_policy_normalizer is None:  # a new part's statistics start empty; loaded ones stay
-            self.ppo.update_policy_normalizer = not self.init_policy or bool(self.policy.pretrained_part)
+        self.algo.entry.fill_defaults(self)
 
     @classmethod
     def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Read the layout before policy sections were tagged (`policy_class: flow` beside `flow: {...}`) as
-        `policy: {class: flow, ...}`, warning once; the other classes' sections, which that layout ignored, go."""
-        if "policy_class" not in data:
+        """Read the layouts before the policy and algorithm sections were tagged — `policy_class: flow` beside
+        `flow: {...}`, `algo: ppo` beside `ppo: {...}` — as `policy: {class: flow, ...}` and `algo: {class: ppo,
+        ...}`, warning once; the other classes' sections, which those layouts ignored, go."""
+        old = {}
+        if "policy_class" in data:
+            old["policy_class"] = data["policy_class"]
+        algo = data.get("algo", "ppo")  # the old layout's default
+        if isinstance(algo, str) and any(name in data for name in OLD_ALGO_SECTIONS):
+            old["algo"] = algo  # (`algo: NAME` alone is the new layout's shorthand for `{class: NAME}`)
+        if not old:
             return data
         data = dict(data)
-        kind = data.pop("policy_class")
-        sections = {name: data.pop(name, None) or {} for name in ("diffusion", "flow", "residual")}
-        sections["gaussian"] = data.pop("policy", None) or {}
-        policy = {TAG_KEY: kind, **sections.get(kind, {})}
-        if kind == "residual":
-            base = policy.pop("base_class", "diffusion")
-            policy["base"] = {TAG_KEY: base, **sections.get(base, {})}
-        data["policy"] = policy
+        if "policy_class" in old:
+            data["policy"] = _tagged_policy(data)
+        if "algo" in old:
+            sections = {name: data.pop(name, None) or {} for name in OLD_ALGO_SECTIONS}
+            section = sections.get(old["algo"], {})
+            check(isinstance(section, dict), old["algo"], f"expected a mapping of settings, got {section!r}")
+            data["algo"] = {TAG_KEY: old["algo"], **section}
+        found = ", ".join(f"{section}: {kind}" for section, kind in old.items())
+        new = " and ".join(f"{_NEW_SECTION[section]}: {{class: {kind}, ...}}" for section, kind in old.items())
         warnings.warn(
-            f"this run config uses the old layout (policy_class: {kind} and a section per class); read as "
-            f"policy: {{class: {kind}, ...}}, the layout configs/ use now",
+            f"this run config uses an old layout ({found} and a section per class); read as {new}, the layout "
+            "configs/ use now",
             stacklevel=2,
         )
         return data
@@ -119,4 +120,24 @@ class RunConfig:
     @property
     def run_dir(self) -> Path:
         """out_dir/name; the default name is the task's (any character a name may not hold becomes '-')."""
-        return Path(self.out_dir) / (self.name or run_files.plain_name(f"{self.sim.task}-{self.algo}"))
+        return Path(self.out_dir) / (self.name or run_files.plain_name(f"{self.sim.task}-{self.algo.tag}"))
+
+
+OLD_POLICY_SECTIONS = ("diffusion", "flow", "residual")
+"""Top-level sections of the policy classes before `policy:` was tagged (a Gaussian's was `policy:`)."""
+OLD_ALGO_SECTIONS = ("ppo", "sac", "bc")
+"""Top-level sections of the algorithms before `algo:` was tagged."""
+_NEW_SECTION = {"policy_class": "policy", "algo": "algo"}
+"""The section that holds what an old layout's key named."""
+
+
+def _tagged_policy(data: dict[str, Any]) -> dict[str, Any]:
+    """`policy: {class: KIND, ...}` from `policy_class: KIND` and the per-class sections (popped from `data`)."""
+    kind = data.pop("policy_class")
+    sections = {name: data.pop(name, None) or {} for name in OLD_POLICY_SECTIONS}
+    sections["gaussian"] = data.pop("policy", None) or {}
+    policy = {TAG_KEY: kind, **sections.get(kind, {})}
+    if kind == "residual":
+        base = policy.pop("base_class", "diffusion")
+        policy["base"] = {TAG_KEY: base, **sections.get(base, {})}
+    return policy

@@ -206,7 +206,7 @@ class Runner:
             finally:
                 display.close()
                 logger.close()
-            plot = plot_learning_curves(self.run_dir, f"{self.config.sim.task} · {self.config.algo}")
+            plot = plot_learning_curves(self.run_dir, f"{self.config.sim.task} · {self.config.algo.tag}")
             summary = {
                 self.algo.step_unit: self.env_steps,
                 "iterations": self.iteration,
@@ -283,8 +283,8 @@ class Runner:
         bc = self.algo.step_unit == "gradient_steps"
         longer = f"{resume_command(self.run_dir)} runner.total_env_steps=N (N > {total:,})"
         if bc:  # its length is not a runner.* setting
-            longer = f"start a new run with init_policy={self.run_dir} and a larger bc.gradient_steps"
-        length = "bc.gradient_steps" if bc else "runner.total_env_steps"
+            longer = f"start a new run with init_policy={self.run_dir} and a larger algo.gradient_steps"
+        length = "algo.gradient_steps" if bc else "runner.total_env_steps"
         done = f"{self.run_dir} has finished ({length}={total:,}, evaluated)"
         return f"{done}; its files are unchanged. To train longer: {longer}"
 

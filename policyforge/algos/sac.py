@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from policyforge.algos.base import Algorithm, StepCallback, select
-from policyforge.algos.registry import AlgorithmEntry, register_algorithm
+from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algorithm
 from policyforge.algos.replay import ReplayBuffer
 from policyforge.config import check, check_in, check_sizes
 from policyforge.policies.base import Obs, Policy
@@ -40,8 +40,8 @@ bound."""
 
 
 @dataclasses.dataclass
-class SACConfig:
-    """SAC hyper-parameters."""
+class SACConfig(AlgoConfig):
+    """SAC hyper-parameters (`algo: {class: sac, ...}`)."""
 
     buffer_size: int = 1_000_000
     """Replay capacity, transitions."""
@@ -209,15 +209,15 @@ class SAC(Algorithm):
 
 def construct_sac(config: RunConfig, env: VecEnv, policy: Policy) -> SAC:
     """SAC for `policy` in `env`."""
-    return SAC(policy, env.obs_shapes, config.sac)
+    return SAC(policy, env.obs_shapes, config.algo)
 
 
 def check_run(config: RunConfig) -> None:
     """SAC backpropagates through reparameterised, tanh-squashed Gaussian samples."""
     kind = config.policy.tag
-    why = f"SAC trains Gaussian policies; train a {kind} policy with algo: bc or ppo"
+    why = f"SAC trains Gaussian policies; train a {kind} policy with algo: bc or algo: ppo"
     check(kind == "gaussian", "policy.class", why)
     check(config.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
 
 
-register_algorithm("sac", AlgorithmEntry(construct_sac, check=check_run))
+register_algorithm("sac", SACConfig, AlgorithmEntry(construct_sac, check=check_run))

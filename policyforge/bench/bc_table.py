@@ -47,13 +47,13 @@ def train_and_evaluate(task: str, key: str, dataset: Path, args, out: Path, came
         "name": f"{task}-{key}" + ("-image" if cameras else ""),
         "out_dir": str(out / "runs"),
         "seed": args.seed,
-        "algo": "bc",
         "sim": {
             "task": task,
             "num_envs": 1,
             "image": {"cameras": cameras, "width": args.image_size, "height": args.image_size},
         },
-        "bc": {
+        "algo": {
+            "class": "bc",
             "dataset": str(dataset),
             "gradient_steps": args.image_steps if cameras else args.steps,
             "steps_per_iteration": 250,

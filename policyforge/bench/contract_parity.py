@@ -7,8 +7,9 @@ the trained policies are bit-identical (sha256 of every tensor of the final poli
 
     python -m policyforge.bench.contract_parity --before db4587c [--rounds 3] [--iterations 6]
 
-Configs are written in the layout before tagged policy sections (`policy_class` + a section per class): the earlier
-commit reads it natively, this checkout reads it with its upgrade (the upgrade is part of what is compared).
+Configs are written in the layout before tagged policy and algorithm sections (`policy_class` + a section per class,
+`algo: bc` + a section per algorithm): the earlier commit reads it natively, this checkout reads it with its upgrade
+(the upgrade is part of what is compared).
 """
 
 from __future__ import annotations

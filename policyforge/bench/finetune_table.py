@@ -159,7 +159,7 @@ def main() -> None:
         nargs="*",
         default=[],
         metavar="KEY=VALUE",
-        help="config overrides applied to every run (e.g. ppo.actor_lr=1e-3)",
+        help="config overrides applied to every run (e.g. algo.actor_lr=1e-3)",
     )
     args = parser.parse_args()
     console = Console(width=200)

@@ -42,11 +42,11 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 """The source checkout this file lies in (an installed package has no configs/ there: give --tree)."""
 
 PROBES: list[Probe] = [*INPUT_PROBES, *RUN_PROBES, *FAULT_PROBES, *DEPLOY_PROBES]
-TINY_RUN = ["sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2", "runner.total_env_steps=1024",
+TINY_RUN = ["sim.num_envs=8", "algo.rollout_steps=16", "algo.epochs=2", "runner.total_env_steps=1024",
             "runner.checkpoint_every=3", "runner.eval_envs=2", "runner.video=none", "runner.tensorboard=false",
             "out_dir=runs"]  # fmt: skip
 """tests/algos/conftest.py's TINY_RUN: 8 iterations of 128 env steps, checkpoints at iterations 3, 6 and 8."""
-QUAD_RUN = ["sim.num_envs=4", "ppo.rollout_steps=8", "ppo.epochs=1", "runner.total_env_steps=64",
+QUAD_RUN = ["sim.num_envs=4", "algo.rollout_steps=8", "algo.epochs=1", "runner.total_env_steps=64",
             "runner.checkpoint_every=1", "runner.eval_envs=1", "runner.video=none", "runner.tensorboard=false",
             "out_dir=runs"]  # fmt: skip
 

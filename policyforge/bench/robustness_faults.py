@@ -15,7 +15,7 @@ PROBES: list[Probe] = []
 
 REACH = ["collect", "arm-reach", "episode_seconds=0.4", "--envs", "2"]
 """How the dataset fixture was collected (with --episodes 6): collecting again like this appends to it."""
-LONG_RUN = ["sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2", "runner.total_env_steps=3072",
+LONG_RUN = ["sim.num_envs=8", "algo.rollout_steps=16", "algo.epochs=2", "runner.total_env_steps=3072",
             "runner.checkpoint_every=3", "runner.eval_envs=2", "runner.video=none", "runner.tensorboard=false",
             "out_dir=runs"]  # fmt: skip
 """The kill loop's run (24 iterations, a checkpoint every 3): the fixture "long" is it, uninterrupted."""
@@ -154,15 +154,15 @@ def _user_copy(ctx: Ctx) -> Verdict:
     return Verdict("held", "appended; the user's copy is untouched")
 
 
-BC = ["sim.task=arm-reach", "bc.gradient_steps=20", "bc.steps_per_iteration=10", "bc.warmup_steps=2",
-      "bc.batch_size=8", "policy.denoiser.hidden=[32,32]", "policy.steps=2", "runner.eval_envs=1",
+BC = ["sim.task=arm-reach", "algo.gradient_steps=20", "algo.steps_per_iteration=10", "algo.warmup_steps=2",
+      "algo.batch_size=8", "policy.denoiser.hidden=[32,32]", "policy.steps=2", "runner.eval_envs=1",
       "runner.eval_every_steps=0", "runner.video=none", "runner.tensorboard=false", "out_dir=runs",
       "name=bc"]  # fmt: skip
 """A few gradient steps of flow BC on the arm-reach dataset fixture."""
 
 
 def _bc(ctx: Ctx, dataset: str):
-    return ctx.cli("train", recipe(ctx, "arm-lift-cube-flow-bc.yaml"), *BC, f"bc.dataset={dataset}")
+    return ctx.cli("train", recipe(ctx, "arm-lift-cube-flow-bc.yaml"), *BC, f"algo.dataset={dataset}")
 
 
 @probe("a data file truncated, then BC", "dataset", "clear_error", needs=("dataset",))
@@ -200,7 +200,7 @@ def _empty_bc(ctx: Ctx) -> Verdict:
         return Verdict(
             "traceback" if made.traceback else "silent", f"could not write an empty dataset: {made.last_line()}"
         )
-    return refused(_bc(ctx, "data/empty"), "data/empty", "bc.dataset")
+    return refused(_bc(ctx, "data/empty"), "data/empty", "algo.dataset")
 
 
 # -- SIGKILL loops ----------------------------------------------------------------------------------------

@@ -7,10 +7,10 @@ from policyforge.bench.robustness_kit import Ctx, Probe, Verdict, refused, regis
 
 PROBES: list[Probe] = []
 
-TINY = ["sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2", "runner.total_env_steps=256", "runner.eval_envs=2",
+TINY = ["sim.num_envs=8", "algo.rollout_steps=16", "algo.epochs=2", "runner.total_env_steps=256", "runner.eval_envs=2",
         "runner.video=none", "runner.tensorboard=false", "out_dir=runs"]  # fmt: skip
 """A PPO run on pendulum-swingup short enough that an input wrongly accepted costs a few seconds."""
-TINY_SAC = ["sim.num_envs=8", "sac.learning_starts=64", "sac.batch_size=32", "sac.buffer_size=2048",
+TINY_SAC = ["sim.num_envs=8", "algo.learning_starts=64", "algo.batch_size=32", "algo.buffer_size=2048",
             "runner.total_env_steps=256", "runner.eval_envs=2", "runner.video=none", "runner.tensorboard=false",
             "out_dir=runs"]  # fmt: skip
 LONGER = "runner.total_env_steps=1536"
@@ -27,23 +27,23 @@ def recipe(ctx: Ctx, name: str) -> str:
 # -- configs: refused before any work, naming the field ---------------------------------------------------
 
 CONFIG_CASES = {
-    "ppo.actor_lr=nan": ("ppo", "ppo.actor_lr"),
-    "ppo.critic_lr=inf": ("ppo", "ppo.critic_lr"),
-    "ppo.gamma=-1": ("ppo", "ppo.gamma"),
-    "ppo.max_grad_norm=-1": ("ppo", "ppo.max_grad_norm"),
-    "ppo.value_coef=-1": ("ppo", "ppo.value_coef"),
-    "ppo.entropy_coef=inf": ("ppo", "ppo.entropy_coef"),
-    "ppo.target_kl=-1": ("ppo", "ppo.target_kl"),
-    "sac.gamma=-1": ("sac", "sac.gamma"),
-    "sac.tau=nan": ("sac", "sac.tau"),
-    "sac.actor_lr=inf": ("sac", "sac.actor_lr"),
-    "sac.init_alpha=-1": ("sac", "sac.init_alpha"),
+    "algo.actor_lr=nan": ("ppo", "algo.actor_lr"),
+    "algo.critic_lr=inf": ("ppo", "algo.critic_lr"),
+    "algo.gamma=-1": ("ppo", "algo.gamma"),
+    "algo.max_grad_norm=-1": ("ppo", "algo.max_grad_norm"),
+    "algo.value_coef=-1": ("ppo", "algo.value_coef"),
+    "algo.entropy_coef=inf": ("ppo", "algo.entropy_coef"),
+    "algo.target_kl=-1": ("ppo", "algo.target_kl"),
+    "algo.gamma=0": ("sac", "algo.gamma"),
+    "algo.tau=nan": ("sac", "algo.tau"),
+    "algo.actor_lr=inf": ("sac", "algo.actor_lr"),
+    "algo.init_alpha=-1": ("sac", "algo.init_alpha"),
     "sim.num_envs=0": ("ppo", "sim.num_envs"),
     "sim.randomization.friction=[0.5,.inf]": ("ppo", "sim.randomization.friction"),
     "sim.randomization.mass_scale=[1e-12,1e12]": ("ppo", "sim.randomization.mass_scale"),
     "seed=-1": ("ppo", "seed"),
     "seed=4294967296": ("ppo", "seed"),
-    "ppo.clip_ration=0.2": ("ppo", "ppo.clip_ration"),
+    "algo.clip_ration=0.2": ("ppo", "algo.clip_ration"),
     "sim.num_envs=[8,": ("ppo", "sim.num_envs"),
 }
 """Override → (algorithm of the recipe, what the refusal must name)."""
@@ -61,7 +61,9 @@ for _override, (_algo, _field) in CONFIG_CASES.items():
 
 @probe("train malformed YAML file", "config", "clear_error")
 def _malformed_yaml(ctx: Ctx) -> Verdict:
-    (ctx.work / "broken.yaml").write_text("algo: ppo\nsim:\n  task: pendulum-swingup\n  num_envs: [8,\nppo: {\n")
+    (ctx.work / "broken.yaml").write_text(
+        "algo: {class: ppo}\nsim:\n  task: pendulum-swingup\n  num_envs: [8,\nalgo: {\n"
+    )
     return refused(ctx.cli("train", "broken.yaml", *TINY, "name=probe"), "broken.yaml")
 
 
@@ -90,7 +92,7 @@ for _flag, _value in (("--noise", "nan"), ("--noise", "inf")):
 
 # -- paths: names are names; nothing policyforge did not create is deleted --------------------------------
 
-DEMO = ["runner.total_env_steps=256", "sim.num_envs=4", "ppo.rollout_steps=16", "ppo.epochs=1", "runner.eval_envs=1",
+DEMO = ["runner.total_env_steps=256", "sim.num_envs=4", "algo.rollout_steps=16", "algo.epochs=1", "runner.eval_envs=1",
         "runner.video=none", "runner.tensorboard=false"]  # fmt: skip
 
 

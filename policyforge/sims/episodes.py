@@ -39,6 +39,10 @@ class EpisodeCounters(NamedTuple):
         int_dtype = int if int_dtype is None else int_dtype
         return cls(xp.zeros(n, dtype=float_dtype), xp.zeros(n, dtype=int_dtype), xp.zeros(n, dtype=bool))
 
+    def restart(self, mask: Array, xp: Xp) -> EpisodeCounters:
+        """These counters with the envs where `mask` (bool [N]) at the start of new episodes (zero)."""
+        return EpisodeCounters(*(xp.where(mask, xp.zeros_like(counter), counter) for counter in self))
+
 
 class StepOutcome(NamedTuple):
     """What `end_step` decides about one step of N envs."""

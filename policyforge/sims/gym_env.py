@@ -14,7 +14,7 @@ import torch
 
 from policyforge.config import ConfigError
 from policyforge.sims.episodes import EpisodeCounters, end_step
-from policyforge.sims.vec_env import Obs, StepResult, VecEnv, make_step_info, to_torch, validate_action
+from policyforge.sims.vec_env import Obs, StepResult, VecEnv, env_ids_of, make_step_info, to_torch, validate_action
 
 
 class GymVecEnv(VecEnv):
@@ -57,6 +57,8 @@ class GymVecEnv(VecEnv):
         self._act_shape = act_space.shape
         self.episodes = EpisodeCounters.zeros(num_envs, np, np.float64, np.int64)
         self._seed = seed
+        self._last_obs = np.zeros((num_envs, *obs_space.shape), obs_space.dtype)
+        """Each env's current observation [N, ...], so that `reset_envs` can return all N."""
 
     @property
     def cameras(self) -> list[str]:
@@ -66,7 +68,15 @@ class GymVecEnv(VecEnv):
         obs, _ = self.envs.reset(seed=self._seed if seed is None else seed)
         self._seed = None  # later resets continue the seeded streams
         self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
+        self._last_obs = np.array(obs)
         return self._obs(obs)
+
+    def reset_envs(self, env_ids: Any) -> Obs:
+        ids = env_ids_of(env_ids, self.num_envs)
+        for i in ids:  # each sub-env continues its own seeded stream
+            self._last_obs[i], _ = self.envs.envs[int(i)].reset()
+        self.episodes = self.episodes.restart(np.isin(np.arange(self.num_envs), ids), np)
+        return self._obs(self._last_obs.copy())
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         action = validate_action(action, self.num_envs, self.action_dim)
@@ -82,6 +92,7 @@ class GymVecEnv(VecEnv):
         reward = np.asarray(reward, dtype=np.float64)
         outcome = end_step(self.episodes, reward, terminated, success, np, truncated=truncated)  # gym's clock
         self.episodes = outcome.counters
+        self._last_obs = np.array(obs)
         out_info = make_step_info(self._obs(final), outcome.episode, {}, success, self._tensor)
         reward_out = self._tensor(reward.astype(np.float32))
         return self._obs(obs), reward_out, self._tensor(terminated), self._tensor(outcome.truncated), out_info

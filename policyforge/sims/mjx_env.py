@@ -30,6 +30,7 @@ from policyforge.sims.vec_env import (
     StepResult,
     VecEnv,
     action_shape_error,
+    env_ids_of,
     make_step_info,
     non_finite_action_error,
 )
@@ -90,6 +91,11 @@ class MjxVecEnv(VecEnv):
         key = self.state.key
         initial = ResetState(*(jax.tree.map(jnp.asarray, tuple(initial))))
         self.state, obs = self.program.reset_to(key, initial)
+        return self._torch_tree(obs)
+
+    def reset_envs(self, env_ids: Any) -> Obs:
+        mask = np.isin(np.arange(self.num_envs), env_ids_of(env_ids, self.num_envs))
+        self.state, obs = self.program.reset_envs(self.state, jnp.asarray(mask))
         return self._torch_tree(obs)
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:

@@ -67,7 +67,8 @@ class JaxSampler:
 
 
 class MjxProgram:
-    """Jitted `reset(key)`, `reset_to(key, initial)` and `step(state, action)` of one (task, N, randomisation)."""
+    """Jitted `reset(key)`, `reset_to(key, initial)`, `reset_envs(state, mask)` and `step(state, action)` of
+    one (task, N, randomisation)."""
 
     def __init__(self, task: Task, num_envs: int, randomization: RandomizationConfig):
         self.task = task
@@ -90,6 +91,7 @@ class MjxProgram:
         self.model_axes = axes.tree_replace({name: 0 for name in self.field_names}) if self.field_names else None
         self.reset = jax.jit(self._reset)
         self.reset_to = jax.jit(self._reset_to)
+        self.reset_envs = jax.jit(self._reset_envs)
         self.step = jax.jit(self._step)
 
     def compile(self) -> None:
@@ -117,6 +119,12 @@ class MjxProgram:
             vars_.update(self.randomizer.sample(JaxSampler(sub), self.num_envs, jnp))
         fields = self._fields({name: vars_[name] for name in PARAMS}, jnp)
         return self._start(self._initialize(initial, fields), vars_, fields, key)
+
+    def _reset_envs(self, state: EnvState, mask: jax.Array) -> tuple[EnvState, dict[str, jax.Array]]:
+        """New episodes where `mask` (bool [N]), as auto-reset starts them; the other rows unchanged."""
+        obs = self.task.observe(TaskState(self._phys(state.data), state.vars), jnp)
+        state, obs = self._reset_done(state._replace(episodes=state.episodes.restart(mask, jnp)), obs, mask)
+        return state, _float32(obs)
 
     def _step(self, state: EnvState, action: jax.Array) -> tuple[EnvState, dict[str, Any]]:
         task, n = self.task, self.num_envs

@@ -25,6 +25,7 @@ from policyforge.sims.vec_env import (
     StepResult,
     VecEnv,
     check_finite,
+    env_ids_of,
     make_step_info,
     to_torch,
     validate_action,
@@ -101,6 +102,12 @@ class MujocoVecEnv(VecEnv):
     def reset_to(self, initial: ResetState) -> Obs:
         self._reset_envs(np.arange(self.num_envs), resample=True, initial=initial)
         self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
+        return self._to_torch_obs(self.task.observe(self.state, np), self._images(np.arange(self.num_envs)))
+
+    def reset_envs(self, env_ids: Any) -> Obs:
+        ids = env_ids_of(env_ids, self.num_envs)
+        self._reset_envs(ids, resample=self._resample_on_reset)
+        self.episodes = self.episodes.restart(np.isin(np.arange(self.num_envs), ids), np)
         return self._to_torch_obs(self.task.observe(self.state, np), self._images(np.arange(self.num_envs)))
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:

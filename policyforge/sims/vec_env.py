@@ -2,6 +2,7 @@
 
     obs = env.reset(seed)                          # {"policy": [N, D], "critic": [N, Dc], "image"?: uint8}
     obs, reward, terminated, truncated, info = env.step(action)   # action [N, A] in [-1, 1]
+    obs = env.reset_envs([0, 2])                   # new episodes in envs 0 and 2 only
 
 Tensors live on `env.device`: observations float32 (images uint8 [N, V, H, W, 3]), `reward` float32 [N],
 `terminated` and `truncated` bool [N]. `terminated` (a terminal state: fell, broke) and `truncated` (the time
@@ -138,6 +139,13 @@ class VecEnv(abc.ABC):
         another backend or a demonstration); its `dr_*` variables, if present, set the physical parameters."""
         raise RuntimeError(f"{type(self).__name__} cannot reset to given states")
 
+    def reset_envs(self, env_ids: Any) -> Obs:
+        """Start new episodes in envs `env_ids` only (ints in [0, N)), exactly as auto-reset does when an
+        episode ends there (fresh initial state, episode counters zero, physical parameters redrawn where
+        randomisation resamples on reset); the other envs continue untouched. Returns the observations of
+        all N envs, the given rows being their new episodes' first observations."""
+        raise RuntimeError(f"{type(self).__name__} cannot reset a subset of its envs; reset() resets all of them")
+
     def get_state(self) -> dict[str, Any] | None:
         """A snapshot from which `set_state` continues exactly (for resumable training), or None if the
         backend cannot snapshot its simulators."""
@@ -155,6 +163,16 @@ class VecEnv(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def env_ids_of(env_ids: Any, num_envs: int) -> np.ndarray:
+    """`env_ids` (an int or a sequence of ints) as a sorted int64 array of distinct ids; ValueError naming the
+    ids outside [0, num_envs)."""
+    ids = np.unique(np.atleast_1d(np.asarray(env_ids, dtype=np.int64)))
+    outside = ids[(ids < 0) | (ids >= num_envs)]
+    if len(outside):
+        raise ValueError(f"env ids {outside.tolist()} are out of range: this VecEnv has envs 0..{num_envs - 1}")
+    return ids
 
 
 def validate_action(action: torch.Tensor | np.ndarray, num_envs: int, action_dim: int) -> np.ndarray:

@@ -21,7 +21,7 @@ def record_steps(monkeypatch):
     return start
 
 
-TINY_RUN = ["configs/pendulum-swingup-ppo.yaml", "sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2",
+TINY_RUN = ["configs/pendulum-swingup-ppo.yaml", "sim.num_envs=8", "algo.rollout_steps=16", "algo.epochs=2",
             "runner.total_env_steps=1024", "runner.checkpoint_every=3", "runner.eval_envs=2", "runner.video=none",
             "runner.tensorboard=false"]  # fmt: skip
 """A tiny PPO run: 8 iterations of 128 env steps, checkpoints at iterations 3, 6 and 8 (the final one)."""

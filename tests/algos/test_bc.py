@@ -27,10 +27,15 @@ def bc_config(tmp_path, dataset, **overrides) -> RunConfig:
     settings = {
         "name": "bc",
         "out_dir": str(tmp_path),
-        "algo": "bc",
         "sim": {"task": "arm-reach", "num_envs": 1},
         "policy": {"class": "flow", "chunk": CHUNK, "steps": 4, "denoiser": {"hidden": [128, 128]}},
-        "bc": {"dataset": str(dataset), "gradient_steps": 800, "steps_per_iteration": 200, "warmup_steps": 50},
+        "algo": {
+            "class": "bc",
+            "dataset": str(dataset),
+            "gradient_steps": 800,
+            "steps_per_iteration": 200,
+            "warmup_steps": 50,
+        },
         "runner": {"eval_envs": 16, "video": "none", "eval_every_steps": 200, "tensorboard": False},
     }
     for key, value in overrides.items():
@@ -56,7 +61,7 @@ def test_flow_bc_learns_reach_from_demonstrations(tmp_path, reach_demos):
 
 
 def test_bc_resumes_exactly(tmp_path, reach_demos, monkeypatch):
-    overrides = {"bc.gradient_steps": 60, "bc.steps_per_iteration": 10, "runner.checkpoint_every": 2}
+    overrides = {"algo.gradient_steps": 60, "algo.steps_per_iteration": 10, "runner.checkpoint_every": 2}
     overrides.update({"runner.eval_every_steps": 0, "runner.eval_envs": 2})
     whole = Runner.start(bc_config(tmp_path, reach_demos, name="whole", **overrides), Console(quiet=True))
     whole.train()
@@ -84,16 +89,16 @@ def test_bc_resumes_exactly(tmp_path, reach_demos, monkeypatch):
 
 
 def test_bc_refuses_a_dataset_of_another_task(tmp_path, reach_demos):
-    with pytest.raises(ConfigError, match=r"bc.dataset.*arm-reach"):
+    with pytest.raises(ConfigError, match=r"algo.dataset.*arm-reach"):
         Runner.start(bc_config(tmp_path, reach_demos, sim={"task": "arm-lift-cube", "num_envs": 1}))
-    with pytest.raises(ConfigError, match=r"bc.dataset.*collect"):
+    with pytest.raises(ConfigError, match=r"algo.dataset.*collect"):
         Runner.start(bc_config(tmp_path, tmp_path / "missing"))
     with pytest.raises(ConfigError, match=r"^policy.class: SAC trains Gaussian policies"):
         bc_config(tmp_path, reach_demos, algo="sac")
 
 
 def test_bc_policy_exports_with_its_sampler(tmp_path, reach_demos):
-    config = bc_config(tmp_path, reach_demos, **{"bc.gradient_steps": 20, "bc.steps_per_iteration": 10})
+    config = bc_config(tmp_path, reach_demos, **{"algo.gradient_steps": 20, "algo.steps_per_iteration": 10})
     runner = Runner.start(config, Console(quiet=True))
     runner.train()
     policy = runner.algo.policy

@@ -129,10 +129,10 @@ def test_a_run_config_of_the_old_layout_is_read_with_a_warning():
 
 
 def test_trainable_steps_of_a_single_step_policy_is_refused():
-    with pytest.raises(ConfigError, match=r"^ppo.trainable_steps: must be in \[1, 1\]"):
-        from_dict(RunConfig, {"ppo": {"trainable_steps": 2}})
-    with pytest.raises(ConfigError, match=r"^ppo.trainable_steps: must be in \[1, policy.steps=3\]"):
-        from_dict(RunConfig, {"policy": {"class": "flow", "steps": 3}, "ppo": {"trainable_steps": 4}})
+    with pytest.raises(ConfigError, match=r"^algo.trainable_steps: must be in \[1, 1\]"):
+        from_dict(RunConfig, {"algo": {"trainable_steps": 2}})
+    with pytest.raises(ConfigError, match=r"^algo.trainable_steps: must be in \[1, policy.steps=3\]"):
+        from_dict(RunConfig, {"policy": {"class": "flow", "steps": 3}, "algo": {"trainable_steps": 4}})
 
 
 # -- a policy class added in one module ---------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def test_a_policy_class_in_one_module_trains_evaluates_exports_and_deploys(tmp_p
     ppo = from_dict(
         RunConfig,
         {"name": "ppo", "out_dir": str(tmp_path), "sim": WALK, "policy": TOY,
-         "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2}, "runner": {"total_env_steps": 64, **QUIET}},
+         "algo": {"rollout_steps": 8, "epochs": 1, "minibatches": 2}, "runner": {"total_env_steps": 64, **QUIET}},
     )  # fmt: skip
     runner = Runner.start(ppo, Console(quiet=True))
     before = runner.algo.policy.linear.weight.clone()
@@ -163,9 +163,9 @@ def test_a_policy_class_in_one_module_trains_evaluates_exports_and_deploys(tmp_p
             task_options=WALK["task_options"])  # fmt: skip
     bc = from_dict(
         RunConfig,
-        {"name": "bc", "out_dir": str(tmp_path), "algo": "bc", "sim": {**WALK, "num_envs": 1}, "policy": TOY,
-         "bc": {"dataset": str(tmp_path / "demos"), "gradient_steps": 40, "steps_per_iteration": 20,
-                "warmup_steps": 2, "batch_size": 16},
+        {"name": "bc", "out_dir": str(tmp_path), "sim": {**WALK, "num_envs": 1}, "policy": TOY,
+         "algo": {"class": "bc", "dataset": str(tmp_path / "demos"), "gradient_steps": 40, "steps_per_iteration": 20,
+                  "warmup_steps": 2, "batch_size": 16},
          "runner": QUIET},
     )  # fmt: skip
     runner = Runner.start(bc, Console(quiet=True))

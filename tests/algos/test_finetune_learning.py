@@ -26,9 +26,9 @@ BASES = {
 TASK_OPTIONS = {"episode_seconds": 1.2}
 QUIET = {"eval_envs": 64, "video": "none", "eval_every_steps": 0, "tensorboard": False}
 METHODS = {  # base, settings on top of it, required return gain
-    "dppo": ("diffusion", {"ppo": {"trainable_steps": 2, "ratio": "per_step", "denoising_discount": 0.99,
+    "dppo": ("diffusion", {"algo": {"trainable_steps": 2, "ratio": "per_step", "denoising_discount": 0.99,
                                    "clip_ratio": 0.01, "clip_ratio_first": 0.001, "log_prob_clamp": [-5.0, 2.0]}}),
-    "reinflow": ("flow", {"policy": {"chain_noise": "reinflow"}, "ppo": {"entropy_coef": 0.001}}),
+    "reinflow": ("flow", {"policy": {"chain_noise": "reinflow"}, "algo": {"entropy_coef": 0.001}}),
     "flow_sde": ("flow", {"policy": {"chain_noise": "sde"}}),
 }  # fmt: skip
 
@@ -44,9 +44,14 @@ def weak_starts(tmp_path_factory):
         config = {
             "name": f"bc-{base}",
             "out_dir": str(out),
-            "algo": "bc",
             "sim": {"task": "arm-reach", "num_envs": 1, "task_options": TASK_OPTIONS},
-            "bc": {"dataset": str(demos), "gradient_steps": 300, "steps_per_iteration": 300, "warmup_steps": 20},
+            "algo": {
+                "class": "bc",
+                "dataset": str(demos),
+                "gradient_steps": 300,
+                "steps_per_iteration": 300,
+                "warmup_steps": 20,
+            },
             "runner": QUIET,
             **settings,
         }
@@ -71,7 +76,7 @@ def test_fine_tuning_raises_a_weak_start(tmp_path, weak_starts, method):
         "out_dir": str(tmp_path),
         "init_policy": str(weak_starts[base]),
         "sim": {"task": "arm-reach", "num_envs": 16, "task_options": TASK_OPTIONS},
-        "ppo": {"rollout_steps": 16, "actor_lr": 3e-5, "critic_warmup_iterations": 3},
+        "algo": {"rollout_steps": 16, "actor_lr": 3e-5, "critic_warmup_iterations": 3},
         "runner": {**QUIET, "total_env_steps": 49152},
         **BASES[base],
     }
@@ -91,7 +96,7 @@ def test_residual_raises_a_weak_base(tmp_path, per_step):
     gaussian = {"policy": {"class": "gaussian", "hidden": [64, 64], "init_std": 1.0}}
     settings = {"out_dir": str(tmp_path), "sim": {"task": "arm-reach", "num_envs": 16}, **gaussian}
     ppo = {"rollout_steps": 32, "actor_lr": 1e-3, "critic_lr": 1e-3}
-    base_config = from_dict(RunConfig, {**settings, "name": "base", "ppo": ppo, "runner": quiet})
+    base_config = from_dict(RunConfig, {**settings, "name": "base", "algo": ppo, "runner": quiet})
     base = Runner.start(base_config, Console(quiet=True))
     base.train()
     base.close()
@@ -106,7 +111,7 @@ def test_residual_raises_a_weak_base(tmp_path, per_step):
             "hidden": [64, 64],
             "per_step": per_step,
         },
-        "ppo": {**ppo, "actor_lr": 3e-4, "critic_warmup_iterations": 2},
+        "algo": {**ppo, "actor_lr": 3e-4, "critic_warmup_iterations": 2},
         "runner": {**QUIET, "total_env_steps": 49152},
     }
     runner = Runner.start(from_dict(RunConfig, residual), Console(quiet=True))

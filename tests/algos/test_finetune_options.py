@@ -27,7 +27,7 @@ def run_config(tmp_path, name, **settings) -> RunConfig:
         "name": name,
         "out_dir": str(tmp_path),
         "sim": {"task": "pendulum-swingup", "num_envs": 8},
-        "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2},
+        "algo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2},
         "runner": {"total_env_steps": 256, **QUIET},
     }
     return from_dict(RunConfig, {**base, **settings})
@@ -83,7 +83,7 @@ def test_group_relative_advantages_standardise_returns_within_groups():
 
 def test_grpo_trains_only_on_finished_episodes(tmp_path):
     settings = {"sim": {"task": "pendulum-swingup", "num_envs": 8, "task_options": {"episode_seconds": 0.5}}}
-    config = run_config(tmp_path, "grpo", **FLOW, **settings, ppo={"rollout_steps": 8, "advantage": "grpo",
+    config = run_config(tmp_path, "grpo", **FLOW, **settings, algo={"rollout_steps": 8, "advantage": "grpo",
                                                                    "group_size": 4})  # fmt: skip
     runner = Runner.start(config, Console(quiet=True))
     before = {k: v.clone() for k, v in runner.algo.policy.state_dict().items()}
@@ -93,7 +93,7 @@ def test_grpo_trains_only_on_finished_episodes(tmp_path):
     assert any(not torch.equal(v, before[k]) for k, v in runner.algo.policy.state_dict().items())
     runner.close()
     with pytest.raises(ConfigError, match="group_size"):
-        Runner.start(run_config(tmp_path, "odd", **FLOW, ppo={"advantage": "grpo", "group_size": 3}))
+        Runner.start(run_config(tmp_path, "odd", **FLOW, algo={"advantage": "grpo", "group_size": 3}))
 
 
 def test_done_comes_from_the_env(tmp_path, record_steps):
@@ -136,7 +136,7 @@ def test_per_step_residual_resumes_exactly(tmp_path):
     mid-chunk and resumed ends with the parameters of an uninterrupted one."""
     start = bc_like_start(tmp_path, FLOW)
     residual = {"policy": {"class": "residual", "base": FLOW["policy"], "hidden": [32], "per_step": True}}
-    settings = {**residual, "init_policy": str(start), "ppo": {"rollout_steps": 7, "epochs": 1}}
+    settings = {**residual, "init_policy": str(start), "algo": {"rollout_steps": 7, "epochs": 1}}
     runs = {}
     for name, steps in (("whole", 560), ("split", 280)):
         config = run_config(tmp_path, name, **settings, runner={"total_env_steps": steps, "eval_envs": 2, **QUIET})
@@ -170,7 +170,7 @@ def test_evaluation_and_loading_use_the_fine_tuned_weights(tmp_path):
 def test_bc_term_pulls_towards_the_frozen_initial_policy(tmp_path):
     """`bc_coef`: the policy's own bc_loss on the initial policy's actions; the anchor survives a checkpoint."""
     start = bc_like_start(tmp_path, FLOW)
-    config = run_config(tmp_path, "bc-term", **FLOW, init_policy=str(start), ppo={"rollout_steps": 8, "bc_coef": 1.0})
+    config = run_config(tmp_path, "bc-term", **FLOW, init_policy=str(start), algo={"rollout_steps": 8, "bc_coef": 1.0})
     runner = Runner.start(config, Console(quiet=True))
     runner.obs, metrics = runner.algo.iterate(runner.env, runner.obs, lambda info: None)
     anchor = runner.algo.anchor
@@ -181,7 +181,7 @@ def test_bc_term_pulls_towards_the_frozen_initial_policy(tmp_path):
         assert torch.equal(anchor.state_dict()[name], value), name
     assert not any(p.requires_grad for p in anchor.parameters())
     state = runner.algo.state_dict()
-    fresh = Runner.start(run_config(tmp_path, "fresh", **FLOW, ppo={"bc_coef": 1.0}), Console(quiet=True))
+    fresh = Runner.start(run_config(tmp_path, "fresh", **FLOW, algo={"bc_coef": 1.0}), Console(quiet=True))
     fresh.algo.load_state_dict(state)
     for name, value in anchor.state_dict().items():
         assert torch.equal(fresh.algo.anchor.state_dict()[name], value), name
@@ -189,10 +189,10 @@ def test_bc_term_pulls_towards_the_frozen_initial_policy(tmp_path):
 
 
 def test_reinflow_trainable_steps_leave_the_frozen_steps_alone(tmp_path):
-    """`ppo.trainable_steps` on ReinFlow: a PPO iteration moves the trainable steps (their noise network too) and
+    """`algo.trainable_steps` on ReinFlow: a PPO iteration moves the trainable steps (their noise network too) and
     not the frozen ones, whose densities PPO's ratio leaves out: with the same noise, the chain is unchanged up to
     the first trainable step."""
-    settings = {**FLOW, "ppo": {"rollout_steps": 8, "trainable_steps": 1, "entropy_coef": 0.01}}
+    settings = {**FLOW, "algo": {"rollout_steps": 8, "trainable_steps": 1, "entropy_coef": 0.01}}
     runner = Runner.start(run_config(tmp_path, "reinflow-k1", **settings), Console(quiet=True))
     policy = runner.algo.policy
     assert policy.config.chain_noise == "reinflow" and policy.frozen_steps == 2

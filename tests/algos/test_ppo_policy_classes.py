@@ -24,7 +24,7 @@ def test_ppo_updates_every_policy_class(tmp_path, name):
         "name": name,
         "out_dir": str(tmp_path),
         "sim": {"task": "pendulum-swingup", "num_envs": 8},
-        "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2},
+        "algo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2},
         "runner": {"total_env_steps": 256, "eval_envs": 2, "video": "none", "tensorboard": False},
         "policy": CLASSES[name],
     }
@@ -43,7 +43,7 @@ def test_ppo_fine_tunes_from_an_initial_policy(tmp_path):
     settings = {
         "out_dir": str(tmp_path),
         "sim": {"task": "pendulum-swingup", "num_envs": 8},
-        "ppo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1},
+        "algo": {"rollout_steps": 8, "epochs": 1, "minibatches": 1},
         "runner": {"total_env_steps": 128, "eval_envs": 2, "video": "none", "tensorboard": False},
         "policy": CLASSES["flow_reinflow"],
     }
@@ -62,7 +62,7 @@ def test_a_decision_earns_the_discounted_rewards_of_its_executed_steps(tmp_path,
         "name": "rewards",
         "out_dir": str(tmp_path),
         "sim": {"task": "pendulum-swingup", "num_envs": 4, "task_options": {"episode_seconds": 0.25}},  # 5 steps
-        "ppo": {"rollout_steps": 4, "scale_rewards": False, "gamma": 0.9},
+        "algo": {"rollout_steps": 4, "scale_rewards": False, "gamma": 0.9},
         "policy": CLASSES["flow_reinflow"],
     }
     runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
@@ -85,11 +85,11 @@ def test_fine_tuning_keeps_the_pre_trained_normaliser(tmp_path):
         "sim": {"task": "pendulum-swingup", "num_envs": 8},
         "policy": CLASSES["gaussian"],
     }
-    assert from_dict(RunConfig, settings).ppo.update_policy_normalizer is True
+    assert from_dict(RunConfig, settings).algo.update_policy_normalizer is True
     tuned = from_dict(RunConfig, {**settings, "init_policy": "runs/somewhere"})
-    assert tuned.ppo.update_policy_normalizer is False
-    forced = from_dict(RunConfig, {**settings, "init_policy": "x", "ppo": {"update_policy_normalizer": True}})
-    assert forced.ppo.update_policy_normalizer is True
+    assert tuned.algo.update_policy_normalizer is False
+    forced = from_dict(RunConfig, {**settings, "init_policy": "x", "algo": {"update_policy_normalizer": True}})
+    assert forced.algo.update_policy_normalizer is True
 
 
 def test_critic_warm_up_leaves_the_policy_alone(tmp_path):
@@ -97,7 +97,7 @@ def test_critic_warm_up_leaves_the_policy_alone(tmp_path):
         "name": "warmup",
         "out_dir": str(tmp_path),
         "sim": {"task": "pendulum-swingup", "num_envs": 8},
-        "ppo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2, "critic_warmup_iterations": 2},
+        "algo": {"rollout_steps": 8, "epochs": 2, "minibatches": 2, "critic_warmup_iterations": 2},
         "policy": CLASSES["flow_reinflow"],
     }
     runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))

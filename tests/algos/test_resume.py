@@ -13,7 +13,7 @@ import torch
 from policyforge.algos import checkpoint
 
 TRAIN = [sys.executable, "-m", "policyforge.cli", "train", "configs/pendulum-swingup-ppo.yaml"]
-SMALL = ["sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2", "runner.total_env_steps=3072",
+SMALL = ["sim.num_envs=8", "algo.rollout_steps=16", "algo.epochs=2", "runner.total_env_steps=3072",
          "runner.checkpoint_every=3", "runner.eval_envs=2", "runner.video=none"]  # fmt: skip
 
 

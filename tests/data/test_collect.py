@@ -88,7 +88,7 @@ def test_a_trained_policy_demonstrates_any_task(tmp_path):
         "name": "expert",
         "out_dir": str(tmp_path),
         "sim": {"task": "pendulum-swingup", "num_envs": 4, "task_options": {"episode_seconds": 0.5}},
-        "ppo": {"rollout_steps": 8},
+        "algo": {"rollout_steps": 8},
         "runner": {"total_env_steps": 64, "eval_envs": 2, "video": "none", "tensorboard": False},
     }
     Runner.start(from_dict(RunConfig, settings), Console(quiet=True)).train()

@@ -64,7 +64,7 @@ POLICIES = {
     "flow_image": lambda: flow(image_shape=IMAGE_SHAPE, encoder=EncoderConfig(image_channels=8, image_features=16)),
 }
 FROZEN_STEPS = ("diffusion_dppo", "flow_reinflow_frozen")
-"""The variants whose first sampling steps run on the frozen copy (`ppo.trainable_steps`)."""
+"""The variants whose first sampling steps run on the frozen copy (`algo.trainable_steps`)."""
 
 
 def observations(policy, batch: int = BATCH, seed: int = 0, fit_normalizer: bool = True) -> dict[str, torch.Tensor]:

@@ -224,7 +224,7 @@ def test_a_policy_that_raises_is_logged_and_named_as_the_cause(go2_peer, tmp_pat
 @pytest.fixture(scope="module")
 def trained_reach_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs")
-    tiny = ["sim.num_envs=8", "ppo.rollout_steps=16", "runner.total_env_steps=256", "runner.eval_envs=2"]
+    tiny = ["sim.num_envs=8", "algo.rollout_steps=16", "runner.total_env_steps=256", "runner.eval_envs=2"]
     assert main(["train", "configs/arm-reach-ppo.yaml", f"out_dir={out}", "name=reach", *tiny]) == 0
     return out / "reach"
 

@@ -86,6 +86,20 @@ def test_auto_reset_and_final_observation_match_native():
     assert not after["episode"]["done"].any()  # the new episodes started counting from zero
 
 
+def test_reset_envs_restarts_those_envs_only_as_native_does():
+    native, mjx = env_pair("pendulum-swingup", num_envs=4, task_options={"episode_seconds": 0.2})
+    steps = mjx.episode_steps
+    for env in (native, mjx):
+        env.reset(seed=5)
+        for _ in range(3):
+            before = env.step(torch.full((4, 1), 0.4))[0]
+        obs = env.reset_envs([1, 3])
+        assert torch.equal(obs["policy"][[0, 2]], before["policy"][[0, 2]])
+        assert not torch.allclose(obs["policy"][[1, 3]], before["policy"][[1, 3]])
+        done = [env.step(torch.full((4, 1), 0.4))[4]["episode"]["done"].tolist() for _ in range(steps)]
+        assert done[steps - 4] == [True, False, True, False] and done[steps - 1] == [False, True, False, True]
+
+
 def test_dlpack_bridge_shares_memory():
     import jax.numpy as jnp
 

@@ -81,6 +81,29 @@ def test_same_seed_same_trajectory(task):
     assert not torch.allclose(first, other)
 
 
+@pytest.mark.parametrize("task", ALL_TASKS)
+def test_reset_envs_starts_new_episodes_in_those_envs_only(task):
+    env = make(task, **short_episodes(task, 6))
+    env.reset(seed=0)
+    for _ in range(3):
+        before, _, terminated, *_ = env.step(0.1 * torch.ones(N, env.action_dim))
+    if terminated.any():
+        pytest.skip(f"{task} terminated early under small actions")
+    obs = env.reset_envs([1, 3])
+    assert {k: tuple(v.shape) for k, v in obs.items()} == {k: tuple(v.shape) for k, v in before.items()}
+    kept, fresh = [0, 2], [1, 3]
+    assert torch.equal(obs["policy"][kept], before["policy"][kept]), "the other envs continue untouched"
+    assert not torch.allclose(obs["policy"][fresh], before["policy"][fresh])
+    ended = []
+    for _ in range(6):  # the episodes of envs 0 and 2 end at step 6, the restarted ones 3 steps later
+        *_, info = env.step(0.1 * torch.ones(N, env.action_dim))
+        ended.append(info["episode"]["done"].tolist())
+    assert ended[2] == [True, False, True, False]
+    assert ended[5] == [False, True, False, True] and info["episode"]["length"][fresh].tolist() == [6, 6]
+    with pytest.raises(ValueError, match=r"env ids \[4\] are out of range"):
+        env.reset_envs([0, 4])
+
+
 @pytest.mark.parametrize("task", list(TASKS))
 def test_episode_statistics(task):
     env = make(task, **short_episodes(task, 4))
