@@ -96,6 +96,7 @@ class ProgressDisplay:
         self._eval_seconds: list[float] = []
         """Durations of this session's evaluations."""
         self._earlier_eval_seconds: list[float] = []
+        """Durations of the run's evaluations before this session (a resumed run), from metrics.jsonl."""
         self._train: dict[str, float] = {}
         self._eval = ""
         self._last_print = -math.inf

@@ -17,7 +17,7 @@ from policyforge.algos.runner import RunConfig, Runner
 from policyforge.config import load
 
 TRAIN = [sys.executable, "-m", "policyforge.cli", "train"]
-LONG = ["configs/pendulum-swingup-ppo.yaml", "sim.num_envs=8", "ppo.rollout_steps=16", "ppo.epochs=2",
+LONG = ["configs/pendulum-swingup-ppo.yaml", "sim.num_envs=8", "algo.rollout_steps=16", "algo.epochs=2",
         "runner.total_env_steps=10000000", "runner.checkpoint_every=100000", "runner.eval_envs=2",
         "runner.video=none", "runner.tensorboard=false"]  # fmt: skip
 """A run far too long to finish, that never checkpoints by itself."""
