@@ -3,7 +3,7 @@
 policyforge demo [key=value ...]                      train the demo recipe; checkpoint, plots, video
 policyforge train CONFIG.yaml [key=value ...]         train a recipe
 policyforge train --resume RUN_DIR                    continue a run from its latest checkpoint
-policyforge eval RUN_DIR [--video]                    deterministic evaluation of a run's policy
+policyforge eval RUN_DIR [--video]                    evaluate a run's policy (--checkpoint latest|best|N|FILE)
 policyforge export RUN_DIR --format onnx|torchscript  export the policy (normaliser inside), checked
 policyforge bench NAME [args ...]                     run a benchmark (policyforge/bench/NAME.py)
 policyforge config show RECIPE [key=value ...]        a recipe's resolved config, every field's docstring above it
@@ -13,7 +13,8 @@ policyforge collect TASK --episodes N [options]       scripted-expert demonstrat
 policyforge deploy RUN_DIR|POLICY --robot go2 [--peer sim]  run a policy on a robot through the safety filter
 
 Exit status: 0 done; 2 a user error (the message names the flag, field or file); 3 `deploy` ended in an e-stop
-(its cause is printed); 1 anything else (a traceback).
+(its cause is printed); 130 Ctrl-C (training saves a checkpoint first and prints the resume command); 1 anything
+else (a traceback).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from policyforge.algos.interrupt import INTERRUPT_EXIT
 from policyforge.config import ConfigError, commented, load
 from policyforge.errors import DISK_FULL, UserError
 
@@ -61,7 +63,7 @@ def _train(args: argparse.Namespace, console: Console) -> None:
     if args.resume:
         overrides = [a for a in (args.config, *args.overrides) if a]
         runner = Runner.resume(Path(args.resume), console, overrides)
-        console.print(f"resuming {args.resume} at {runner.env_steps:,} env steps")
+        console.print(f"resuming {args.resume} at {runner.env_steps:,} {runner.algo.step_unit.replace('_', ' ')}")
     else:
         if not args.config:
             raise ConfigError(
@@ -97,7 +99,7 @@ def _report(console: Console, summary: dict, run_dir: Path) -> None:
     keys.append("eval/length")
     if summary.get("compile_s"):
         keys.insert(2, "compile_s")
-    for key in keys:
+    for key in [key for key in keys if key in summary]:  # eval/success only for tasks that define success
         value = summary.get(key)
         table.add_row(
             key,
@@ -106,6 +108,7 @@ def _report(console: Console, summary: dict, run_dir: Path) -> None:
     videos = sorted((run_dir / "videos").glob("*.mp4"))
     for key, value in (
         ("checkpoint", summary["checkpoint"]),
+        ("best checkpoint", summary.get("best_checkpoint", "-")),
         ("plot", summary["plot"]),
         ("video", videos[-1] if videos else "-"),
     ):
@@ -114,18 +117,22 @@ def _report(console: Console, summary: dict, run_dir: Path) -> None:
 
 
 def _eval(args: argparse.Namespace, console: Console) -> None:
+    from policyforge.algos import checkpoint
     from policyforge.algos.evaluate import evaluate
+    from policyforge.algos.progress import best_line, metric_text
     from policyforge.algos.runner import EVAL_SEED_OFFSET, load_run
     from policyforge.sims.config import MAX_ENVS
 
     if args.envs is not None and not 1 <= args.envs <= MAX_ENVS:
         raise ConfigError("--envs", f"must be in [1, {MAX_ENVS}] (evaluation episodes, one per env), got {args.envs}")
     config, policy, env = load_run(Path(args.run_dir), args.checkpoint, args.envs, args.backend)
+    if args.checkpoint == "best":  # which evaluation it was, as training recorded it
+        console.print(best_line(checkpoint.read(checkpoint.resolve(Path(args.run_dir), "best"))["best"]))
     video = Path(args.run_dir) / "videos" / "eval_cli.mp4" if args.video else None
     metrics = evaluate(policy, env, config.seed + EVAL_SEED_OFFSET, video, config.runner.video_camera)
     env.close()
     for key, value in metrics.items():
-        console.print(f"{key}: {value:.4g}")
+        console.print(f"{key}: {metric_text(key, value)}")
     if video:
         console.print(f"video: {video}")
 
@@ -347,7 +354,11 @@ def _parser() -> argparse.ArgumentParser:
     evaluation.add_argument(
         "--envs", type=int, default=None, help="evaluation episodes, one per env (default: the run's runner.eval_envs)"
     )
-    evaluation.add_argument("--checkpoint", default=None, help="checkpoint file (default: latest)")
+    evaluation.add_argument(
+        "--checkpoint",
+        default=None,
+        help="latest (default), best (the run's best evaluation), N (step_N.pt), or a file",
+    )
     evaluation.add_argument(
         "--backend", choices=["mujoco", "mjx"], default=None, help="simulate on this backend (sim-to-sim check)"
     )
@@ -426,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     try:
         return args.run(args, console) or 0  # a command's own exit status (deploy: ESTOP_EXIT)
+    except KeyboardInterrupt as err:  # training's TrainingInterrupted says what it saved and how to resume
+        console.print(str(err) or "interrupted (Ctrl-C)", markup=False, highlight=False, soft_wrap=True)
+        return INTERRUPT_EXIT
     except (UserError, FileExistsError, FileNotFoundError) as err:
         console.print(f"[red]error[/red] {err}")
         return 2

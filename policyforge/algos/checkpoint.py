@@ -8,7 +8,9 @@ anything outside torch's default allowlist (as a pickle that runs code must) is 
 payload's sha256 is checked before it is unpickled, so a damaged file is reported, never loaded.
 
 `save` writes `step_<iteration>.pt`, then `latest.pt`, each atomically. `load` of a run directory tries latest.pt,
-then the numbered checkpoints newest first, skipping unusable ones with a warning naming each file and why. Files of
+then the numbered checkpoints newest first, skipping unusable ones with a warning naming each file and why.
+`best.pt` (`save_best`) holds the policy of the run's best evaluation so far and that evaluation's figures; it is
+for evaluating and exporting (`resolve(run, "best")`), never resumed from. Files of
 the previous format (a plain `torch.save` of the state with numpy arrays, no checksum) still load, weights-only with
 numpy's array constructors allowlisted (torch's documented way), with a warning that damage to them goes unnoticed.
 """
@@ -36,6 +38,7 @@ from policyforge.io import atomic_path
 
 FORMAT = "policyforge-checkpoint/2"
 LATEST = "latest.pt"
+BEST = "best.pt"
 _NUMPY = "__numpy__"
 """Key of the dict that stands for a numpy array (or scalar) in a saved state: {_NUMPY: tensor, "scalar": bool}."""
 _PLAIN = (torch.Tensor, str, bytes, int, float, bool, type(None), torch.dtype, torch.device)
@@ -167,6 +170,45 @@ def read(path: Path) -> dict[str, Any]:
     state, _ = _unpickle(path, io.BytesIO(payload.numpy()), allow_numpy=False)
     _check_state(path, state)
     return _rebuild(state, _from_plain)
+
+
+def rank(figures: dict[str, float]) -> tuple[float, float]:
+    """How evaluations compare for best.pt: the higher success rate, then (a tie, or a task without success) the
+    higher mean return."""
+    return figures.get("eval/success", 0.0), figures["eval/return"]
+
+
+def save_best(directory: Path, policy: dict[str, Any], steps: int, step_unit: str, figures: dict[str, float]) -> Path:
+    """Write `best.pt` atomically: the `policy` state of the evaluation at `steps` (in `step_unit`) with its figures
+    (`eval/success` where the task has one, `eval/return`)."""
+    best = {"step": steps, "step_unit": step_unit, **{k: v for k, v in figures.items() if k in _BEST_FIGURES}}
+    return write(Path(directory) / BEST, {"algo": {"policy": policy}, "best": best})
+
+
+_BEST_FIGURES = ("eval/success", "eval/return", "eval/length")
+
+
+def resolve(run_dir: Path, which: str | None) -> Path:
+    """The checkpoint `--checkpoint` names in a run: "latest" (or None) → the run directory (`load` takes its newest
+    intact checkpoint), "best" → checkpoints/best.pt, a number N → checkpoints/step_N.pt, else a file path."""
+    run_dir = Path(run_dir)
+    if which in (None, "latest"):
+        return run_dir
+    directory = run_dir / "checkpoints"
+    if which == "best":
+        if not (directory / BEST).is_file():
+            raise CheckpointError(
+                f"{run_dir} has no checkpoints/{BEST} (a run writes it at its first evaluation; runs of policyforge "
+                "before it have none): use --checkpoint latest, or a checkpoint file"
+            )
+        return directory / BEST
+    if which.isdigit():
+        numbered = {iteration_of(path): path for path in _numbered(directory)}
+        if int(which) not in numbered:
+            kept = ", ".join(str(n) for n in sorted(numbered)) or "none"
+            raise CheckpointError(f"{run_dir} has no checkpoint step_{int(which):08d}.pt (it keeps {kept})")
+        return numbered[int(which)]
+    return Path(which)
 
 
 def iteration_of(path: Path) -> int:

@@ -27,12 +27,13 @@ def evaluate(
     video_envs: int = 4,
     video_seconds: float = 10.0,
 ) -> dict[str, float]:
-    """Mean return, success rate and length of the first episode of every env (no bias towards short
-    episodes). With `video_path`, films the first `video_envs` envs side by side (a 2×2 grid by default)
-    for at most `video_seconds` of simulated time."""
+    """Mean return (and its standard deviation over envs), success rate (for tasks that define success) and length
+    of the first episode of every env (no bias towards short episodes). With `video_path`, films the first
+    `video_envs` envs side by side (a 2×2 grid by default) for at most `video_seconds` of simulated time."""
     obs = env.reset(seed=seed)
     n = env.num_envs
     finished = torch.zeros(n, dtype=torch.bool)
+    defines_success = False
     returns, lengths, successes = torch.zeros(n), torch.zeros(n), torch.zeros(n)
     tiles = np.arange(min(video_envs, n))
     every = max(1, round(1.0 / (VIDEO_FPS * env.control_dt)))
@@ -51,6 +52,7 @@ def evaluate(
         for name, value in info["reward_terms"].items():
             term_sums[name] = term_sums.get(name, torch.zeros(n)) + value * active
         term_steps += active
+        defines_success |= "success" in info
         episode = info["episode"]
         first = episode["done"] & ~finished
         returns[first] = episode["return"][first]
@@ -62,9 +64,11 @@ def evaluate(
     per_step = {
         f"eval/terms/{name}": float((total / term_steps.clamp(min=1)).mean()) for name, total in term_sums.items()
     }
+    success = {"eval/success": float(successes.mean())} if defines_success else {}
     return {
         "eval/return": float(returns.mean()),
-        "eval/success": float(successes.mean()),
+        "eval/return_std": float(returns.std(unbiased=False)),
+        **success,
         "eval/length": float(lengths.mean()),
         **per_step,
     }

@@ -1,4 +1,4 @@
-"""Metrics of a run: one JSON line per log point (plots read it), TensorBoard scalars, and a terminal display.
+"""Metrics of a run: one JSON line per log point (plots read it) and TensorBoard scalars (`progress` shows them live).
 
 metrics.jsonl is only ever appended to while a run trains. Starting or resuming a run rewrites it, atomically (a
 failed write leaves the old file whole), and only when it must: to drop the records after the step the run resumes
@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from policyforge.errors import UserError
 from policyforge.io import atomic_path
@@ -98,48 +94,3 @@ def _keep_until(path: Path, step: int, step_key: str) -> None:
     if new != old:
         with atomic_path(path) as tmp:
             tmp.write_text(new)
-
-
-class ProgressDisplay:
-    """Live progress bar with steps, steps/s, return, success and ETA; plain lines when not on a terminal."""
-
-    def __init__(self, console: Console, total_steps: int, start_steps: int, every_s: float = 10.0):
-        self.console, self.total, self.every_s = console, total_steps, every_s
-        self._last_print = 0.0
-        self._progress = None
-        if console.is_terminal:
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed:,}/{task.total:,} steps"),
-                TextColumn("{task.fields[sps]} steps/s"),
-                TextColumn("return {task.fields[ret]}  success {task.fields[success]}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=console,
-            )
-            self._task = self._progress.add_task(
-                "train", total=total_steps, completed=start_steps, sps="-", ret="-", success="-"
-            )
-            self._progress.start()
-
-    def update(self, env_steps: int, sps: float, ret: float | None, success: float | None) -> None:
-        fields = {
-            "sps": f"{sps:,.0f}",
-            "ret": "-" if ret is None else f"{ret:.3g}",
-            "success": "-" if success is None else f"{success:.0%}",
-        }
-        if self._progress is not None:
-            self._progress.update(self._task, completed=env_steps, **fields)
-        elif time.monotonic() - self._last_print >= self.every_s or env_steps >= self.total:
-            self._last_print = time.monotonic()
-            eta = (self.total - env_steps) / max(sps, 1e-9)
-            self.console.print(
-                f"steps {env_steps:,}/{self.total:,}  {fields['sps']} steps/s  return {fields['ret']}  "
-                f"success {fields['success']}  ETA {eta:.0f}s"
-            )
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()

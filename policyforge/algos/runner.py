@@ -1,10 +1,13 @@
-"""The training runner: rollout → update iterations, logging, evaluation with videos, atomic checkpoints,
-exact resumption (from the newest intact checkpoint), plots; one process trains a run at a time (a run lock).
-`policyforge train` and `policyforge demo` drive it. The run's config is `run_config.RunConfig`."""
+"""The training runner: rollout → update iterations, logging, evaluation with videos, atomic checkpoints (and
+best.pt, the policy of the best evaluation), exact resumption (from the newest intact checkpoint), plots; one process
+trains a run at a time (a run lock). Ctrl-C stops a run at the end of its iteration with a checkpoint and the resume
+command (`interrupt`). `policyforge train` and `policyforge demo` drive it. The run's config is
+`run_config.RunConfig`."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import time
 from pathlib import Path
@@ -20,8 +23,10 @@ from policyforge.algos.base import StepCallback
 from policyforge.algos.build import build, build_policy
 from policyforge.algos.evaluate import evaluate
 from policyforge.algos.init_policy import load_initial_policy
-from policyforge.algos.logger import MetricsLogger, ProgressDisplay
+from policyforge.algos.interrupt import StopRequests, TrainingInterrupted, resume_command
+from policyforge.algos.logger import MetricsLogger, read_metrics
 from policyforge.algos.plots import plot_learning_curves
+from policyforge.algos.progress import ProgressDisplay, ProgressPlan, unit_name
 from policyforge.algos.run_config import CONFIG_FILE, EVAL_SEED_OFFSET, RunConfig, RunnerConfig  # noqa: F401
 from policyforge.algos.run_files import RunKind
 from policyforge.algos.run_lock import RunLock
@@ -30,6 +35,8 @@ from policyforge.io import atomic_path, write_json
 from policyforge.policies.base import Policy
 from policyforge.sims import make_env
 from policyforge.sims.vec_env import VecEnv
+
+log = logging.getLogger(__name__)
 
 
 class RunFinishedError(UserError):
@@ -79,6 +86,11 @@ class Runner:
         self.step_hooks: list[StepCallback] = []
         """Extra callables given every training step's `info` (benchmarks use them to time episodes)."""
         self._resumed_from: int | None = None
+        self._saved: tuple[int, int] | None = None
+        """(iteration, steps) of the run's newest checkpoint."""
+        self._best: tuple[float, float] | None = None
+        """`checkpoint.rank` of the evaluation in best.pt."""
+        self._stops = StopRequests(lambda text: self.console.print(text, markup=False, highlight=False, soft_wrap=True))
 
     @classmethod
     def start(
@@ -150,21 +162,47 @@ class Runner:
             self.obs = self.env.reset(seed=self.config.seed + self.iteration)
         checkpoint.set_rng_state(state["rng"])
         self._resumed_from = self.env_steps
+        self._saved = (self.iteration, self.env_steps)
+        best = self.run_dir / "checkpoints" / checkpoint.BEST
+        if best.is_file():
+            try:
+                self._best = checkpoint.rank(checkpoint.read(best)["best"])
+            except (checkpoint.CheckpointError, KeyError) as err:
+                log.warning("%s: %s; the next evaluation rewrites it", best, err)
 
     # -- training ----------------------------------------------------------------------------------------
 
     def train(self) -> dict[str, Any]:
         """Train to the run's length, evaluate, then write the plot, summary.json and the final checkpoint (in that
-        order: a run whose final checkpoint exists is complete). Releases the run's lock."""
+        order: a run whose final checkpoint exists is complete). Releases the run's lock. On Ctrl-C, raises
+        TrainingInterrupted (a KeyboardInterrupt) saying what was saved and how to resume (`interrupt`)."""
+        try:
+            with self._stops.installed():
+                return self._train()
+        except KeyboardInterrupt as err:
+            if isinstance(err, TrainingInterrupted):
+                raise
+            raise TrainingInterrupted(self._interrupted_message(None)) from None
+        finally:
+            self._lock.release()
+
+    def _train(self) -> dict[str, Any]:
         try:
             cfg = self.config.runner
             total = self.algo.total_steps(cfg.total_env_steps)
             logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard, self.algo.step_unit)
-            display = ProgressDisplay(self.console, total, self.env_steps)
+            plan = ProgressPlan(self.env_steps, total, self.algo.steps_per_iteration(self.env), cfg.eval_every_steps)
+            display = ProgressDisplay(self.console, plan, self.algo.step_unit)
+            display.seed_eval_seconds([r["perf/eval_s"] for r in read_metrics(self.run_dir) if "perf/eval_s" in r])
             try:
                 self._train_until(total, logger, display)
-                final = self.evaluate(video=cfg.video != "none")
+                self._stops.notice = (
+                    "Ctrl-C: training is done; its final evaluation and checkpoint finish first (Ctrl-C again: stop "
+                    "now, without them)"
+                )
+                final = self._evaluation(cfg.video != "none", display)
                 logger.log(self.env_steps, {**final, "perf/wall_s": self.wall_time})
+                final.pop("perf/eval_s")
             finally:
                 display.close()
                 logger.close()
@@ -177,6 +215,7 @@ class Runner:
                 **final,
                 "plot": str(plot),
                 "checkpoint": str(self.run_dir / "checkpoints" / checkpoint.LATEST),
+                "best_checkpoint": str(self.run_dir / "checkpoints" / checkpoint.BEST),
             }
             write_json(self.run_dir / "summary.json", summary)
             self.save_checkpoint(finished=True)
@@ -186,10 +225,8 @@ class Runner:
                 raise
             raise RunWriteError(
                 f"writing to {self.run_dir} failed ({err.strerror}); its files up to its last checkpoint are intact: "
-                f"free space (or lift the file-size limit), then policyforge train --resume {self.run_dir}"
+                f"free space (or lift the file-size limit), then {resume_command(self.run_dir)}"
             ) from err
-        finally:
-            self._lock.release()
 
     def _train_until(self, total: int, logger: MetricsLogger, display: ProgressDisplay) -> None:
         cfg = self.config.runner
@@ -207,19 +244,44 @@ class Runner:
             )
             if self.iteration == 1:
                 metrics["perf/compile_s"] = self.compile_seconds
-            if next_eval and self.env_steps >= next_eval:
-                metrics.update(self.evaluate(video=cfg.video == "every_eval"))
+            if next_eval and total > self.env_steps >= next_eval:  # after the last iteration: the final one
+                metrics.update(self._evaluation(cfg.video == "every_eval", display))
                 next_eval = self._next_multiple(cfg.eval_every_steps)
             logger.log(self.env_steps, metrics)
-            display.update(
-                self.env_steps, metrics["perf/sps"], metrics.get("train/return"), metrics.get("train/success")
-            )
-            if self.iteration % cfg.checkpoint_every == 0:
-                self.save_checkpoint()
+            display.update(self.env_steps, metrics["perf/sps"], metrics)
+            saved = self.save_checkpoint() if self.iteration % cfg.checkpoint_every == 0 else None
+            if self._stops.requested:
+                raise TrainingInterrupted(self._interrupted_message(saved or self.save_checkpoint()))
+
+    def _evaluation(self, video: bool, display: ProgressDisplay) -> dict[str, float]:
+        """`evaluate`, timed (`perf/eval_s`), shown as a line of the display, and kept as best.pt if it is the best
+        evaluation of the run so far (`checkpoint.rank`)."""
+        start = time.perf_counter()
+        metrics = self.evaluate(video=video)
+        seconds = time.perf_counter() - start
+        best = self._best is None or checkpoint.rank(metrics) > self._best
+        if best:
+            with self._stops.deferred():
+                policy = self.algo.policy.state_dict()
+                checkpoint.save_best(self.run_dir / "checkpoints", policy, self.env_steps, self.algo.step_unit, metrics)
+            self._best = checkpoint.rank(metrics)
+        display.evaluation(self.env_steps, metrics, seconds, self.config.runner.eval_envs, best)
+        return {**metrics, "perf/eval_s": seconds}
+
+    def _interrupted_message(self, saved: Path | None) -> str:
+        unit = unit_name(self.algo.step_unit)
+        if saved is not None:
+            what = f"saved iteration {self.iteration} ({self.env_steps:,} {unit}) to {saved}"
+        elif self._saved is not None:
+            iteration, steps = self._saved
+            what = f"stopped without saving; the run's last checkpoint is iteration {iteration} ({steps:,} {unit})"
+        else:
+            what = "stopped before the run's first checkpoint; resuming trains it from the beginning"
+        return f"interrupted (Ctrl-C): {what}\ncontinue with: {resume_command(self.run_dir)}"
 
     def _finished_message(self, total: int) -> str:
         bc = self.algo.step_unit == "gradient_steps"
-        longer = f"policyforge train --resume {self.run_dir} runner.total_env_steps=N (N > {total:,})"
+        longer = f"{resume_command(self.run_dir)} runner.total_env_steps=N (N > {total:,})"
         if bc:  # its length is not a runner.* setting
             longer = f"start a new run with init_policy={self.run_dir} and a larger algo.gradient_steps"
         length = "algo.gradient_steps" if bc else "runner.total_env_steps"
@@ -250,9 +312,12 @@ class Runner:
             "rng": checkpoint.rng_state(),
             "config": config_io.to_dict(self.config),
         }
-        return checkpoint.save(
-            self.run_dir / "checkpoints", payload, self.iteration, self.config.runner.keep_checkpoints
-        )
+        with self._stops.deferred():  # a Ctrl-C while writing lets the checkpoint finish
+            path = checkpoint.save(
+                self.run_dir / "checkpoints", payload, self.iteration, self.config.runner.keep_checkpoints
+            )
+        self._saved = (self.iteration, self.env_steps)
+        return path
 
     def close(self) -> None:
         self.env.close()
@@ -267,7 +332,8 @@ class Runner:
         done = episode["done"]
         if done.any():
             self._episodes["return"] += episode["return"][done].tolist()
-            self._episodes["success"] += episode["success"][done].float().tolist()
+            if "success" in info:  # a task that defines success (StepInfo)
+                self._episodes["success"] += episode["success"][done].float().tolist()
             self._episodes["length"] += episode["length"][done].float().tolist()
 
     def _episode_metrics(self) -> dict[str, float]:
@@ -282,7 +348,8 @@ class Runner:
 def load_run(
     run_dir: Path, checkpoint_file: str | None = None, num_envs: int | None = None, backend: str | None = None
 ) -> tuple[RunConfig, Policy, VecEnv]:
-    """A run's config, its trained policy (latest or given checkpoint) and a fresh env of `num_envs`
+    """A run's config, its trained policy (from `checkpoint_file`: latest, best, N or a file, as
+    `checkpoint.resolve` reads it) and a fresh env of `num_envs`
     (default: the run's evaluation size) seeded for evaluation, on `backend` (default: the run's)."""
     run_dir = Path(run_dir)
     config = config_io.load(RunConfig, run_dir / CONFIG_FILE)
@@ -291,7 +358,7 @@ def load_run(
     )
     env = make_env(sim, seed=config.seed + EVAL_SEED_OFFSET)
     policy = build_policy(config, env)
-    policy.load_state_dict(checkpoint.load(Path(checkpoint_file) if checkpoint_file else run_dir)["algo"]["policy"])
+    policy.load_state_dict(checkpoint.load(checkpoint.resolve(run_dir, checkpoint_file))["algo"]["policy"])
     return config, policy.eval(), env
 
 

@@ -165,7 +165,7 @@ def test_resume_from_an_older_numbered_checkpoint_is_exact(finished_run, run_cop
 
 
 def test_no_intact_checkpoint_is_a_clear_error(run_copy, tmp_path, capsys):
-    checkpoints = sorted((run_copy / "checkpoints").iterdir())
+    checkpoints = checkpoint.files(run_copy)  # latest.pt and the numbered ones (best.pt is never resumed from)
     for path in checkpoints:
         DAMAGE["empty"](path)
     assert main(["eval", str(run_copy)]) == 2
