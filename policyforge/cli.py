@@ -369,7 +369,7 @@ def _parser() -> argparse.ArgumentParser:
     exporting.add_argument(
         "--out", default=None, help="output file (default: RUN_DIR/export/policy.onnx|.pt), described in FILE.json"
     )
-    exporting.add_argument("--checkpoint", default=None, help="checkpoint file (default: latest)")
+    exporting.add_argument("--checkpoint", default=None, help="latest (default), best, N (step_N.pt) or a file")
     exporting.set_defaults(run=_export)
     bench = commands.add_parser("bench", help="run a benchmark of policyforge/bench/ (e.g. env-throughput)")
     bench.add_argument("name")

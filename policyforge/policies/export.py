@@ -213,17 +213,20 @@ def run_metadata(config: Any, env: Any) -> dict[str, Any]:
 
 
 def export_run(
-    run_dir: Path, fmt: Format, out: Path | None = None, checkpoint: Path | None = None
+    run_dir: Path, fmt: Format, out: Path | None = None, checkpoint: Path | str | None = None
 ) -> tuple[Path, float, str]:
     """Export a training run's policy, checked (`export_checked` on `check_observations`), from `checkpoint`
-    (default: `run_checkpoint`) to `out` (default: RUN/export/policy.onnx|.pt), described with `run_metadata`
+    ("latest" or None: `run_checkpoint`; "best", a number N or a file, as `checkpoint.resolve` reads them) to
+    `out` (default: RUN/export/policy.onnx|.pt), described with `run_metadata`
     and its source. Returns the exported file, the largest |exported − act| and where the policy came from
     (for messages); ExportError, with nothing written, when the policy or its export cannot be trusted. What
     `policyforge export` runs, and `policyforge deploy` of a run whose export is missing or out of date."""
+    from policyforge.algos import checkpoint as checkpoints
     from policyforge.algos.runner import load_run
 
     run_dir = Path(run_dir)
-    checkpoint_file = Path(checkpoint) if checkpoint else run_checkpoint(run_dir)
+    named = checkpoints.resolve(run_dir, None if checkpoint is None else str(checkpoint))  # latest, best, N, file
+    checkpoint_file = named if named != run_dir else run_checkpoint(run_dir)
     source = describe_source(checkpoint_file, run_dir) if checkpoint_file.is_file() else None  # before loading
     config, policy, env = load_run(run_dir, str(checkpoint) if checkpoint else None, 1)
     try:

@@ -2,6 +2,7 @@
 figures; `policyforge eval RUN --checkpoint best` evaluates it, `latest`, N or a file the others."""
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -12,6 +13,7 @@ from policyforge.algos.logger import read_metrics
 from policyforge.algos.runner import RunConfig, build_policy
 from policyforge.cli import main
 from policyforge.config import load
+from policyforge.policies.export import description_path, file_sha256
 from policyforge.sims import make_env
 
 
@@ -68,3 +70,11 @@ def test_evaluations_report_success_only_for_tasks_that_define_it(task, recipe):
     env.close()
     assert ("eval/success" in metrics) == (task != "quadruped-walk")
     assert metrics["eval/return_std"] >= 0
+
+
+def test_export_checkpoint_best_exports_the_best_policy(evaluated_run, tmp_path):
+    out = tmp_path / "best.onnx"
+    assert main(["export", str(evaluated_run), "--format", "onnx", "--out", str(out), "--checkpoint", "best"]) == 0
+    source = json.loads(description_path(out).read_text())["source"]
+    assert source["checkpoint"] == f"checkpoints/{checkpoint.BEST}"
+    assert source["sha256"] == file_sha256(evaluated_run / "checkpoints" / checkpoint.BEST)
