@@ -21,6 +21,7 @@ from policyforge.algos.build import build, build_policy
 from policyforge.algos.evaluate import evaluate
 from policyforge.algos.init_policy import load_initial_policy
 from policyforge.algos.logger import MetricsLogger, ProgressDisplay
+from policyforge.algos.naming import run_title
 from policyforge.algos.plots import plot_learning_curves
 from policyforge.algos.run_config import CONFIG_FILE, EVAL_SEED_OFFSET, RunConfig, RunnerConfig  # noqa: F401
 from policyforge.algos.run_files import RunKind
@@ -162,13 +163,14 @@ class Runner:
             logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard, self.algo.step_unit)
             display = ProgressDisplay(self.console, total, self.env_steps)
             try:
+                self._evaluate_initial_policy(logger)
                 self._train_until(total, logger, display)
                 final = self.evaluate(video=cfg.video != "none")
                 logger.log(self.env_steps, {**final, "perf/wall_s": self.wall_time})
             finally:
                 display.close()
                 logger.close()
-            plot = plot_learning_curves(self.run_dir, f"{self.config.sim.task} · {self.config.algo}")
+            plot = plot_learning_curves(self.run_dir, run_title(self.config))
             summary = {
                 self.algo.step_unit: self.env_steps,
                 "iterations": self.iteration,
@@ -236,6 +238,12 @@ class Runner:
             return evaluate(self.algo.policy, env, cfg.seed + EVAL_SEED_OFFSET, path, cfg.runner.video_camera)
         finally:
             env.close()
+
+    def _evaluate_initial_policy(self, logger: MetricsLogger) -> None:
+        """A fine-tuning run (init_policy set) logs an evaluation of its initial policy at step 0, so that its
+        curves show before → after; a resumed run logged it when it started."""
+        if self.config.init_policy and self._resumed_from is None:
+            logger.log(self.env_steps, self.evaluate(video=self.config.runner.video == "every_eval"))
 
     def save_checkpoint(self, finished: bool = False) -> Path:
         """Checkpoint the run; `finished`: after its final evaluation (a resume then has nothing to do)."""
