@@ -4,9 +4,10 @@ episode's first frame), holds it, and carries its outcome; the arm tasks' defaul
 import mujoco
 import numpy as np
 import pytest
+import torch
 
 from policyforge.algos import evaluate as evaluate_module
-from policyforge.algos.eval_video import OUTCOME_COLOURS, TILE_HEIGHT, TILE_WIDTH, draw_label, tile_grid
+from policyforge.algos.eval_video import OUTCOME_COLOURS, TILE_HEIGHT, TILE_WIDTH, EvalFilm, draw_label, tile_grid
 from policyforge.algos.evaluate import evaluate
 from policyforge.policies.base import EnvSpec, PolicyConfig
 from policyforge.sims import ImageConfig, SimConfig, make_env
@@ -134,3 +135,26 @@ def test_videos_are_written(tmp_path):
     evaluate(policy, env, seed=0, video_path=tmp_path / "v.mp4")
     env.close()
     assert (tmp_path / "v.mp4").stat().st_size > 1000
+
+
+def test_a_tile_whose_episode_ended_freezes_while_the_others_play_on():
+    env = make_env(SimConfig(task="arm-lift-cube", num_envs=2))
+    env.reset(seed=0)
+    film = EvalFilm(env, None, tiles=2, seconds=10.0)
+    generator = torch.Generator().manual_seed(0)
+    for step in range(6):
+        info = env.step(torch.rand(2, env.action_dim, generator=generator) * 2 - 1)[4]
+        ended = torch.tensor([step == 1, False])  # env 0's episode is declared over at the second step
+        episode = {**info["episode"], "done": ended, "success": ended, "return": torch.zeros(2)}
+        film.record({**info, "episode": episode})
+    first, last = (_pair(frame) for frame in (film.frames[2], film.frames[-1]))
+    assert np.array_equal(first[0], last[0]), "env 0 froze on its last frame"
+    assert (_banner_share(last[:1], "success") > 0.5).all()
+    assert np.abs(first[1].astype(int) - last[1].astype(int)).mean() > 0.1, "env 1 plays on"
+    assert not film.done and len(film.frames) == 7
+    env.close()
+
+
+def _pair(grid: np.ndarray) -> np.ndarray:
+    """The two tiles [2, H, W, 3] of a 1×2 grid."""
+    return np.stack([grid[:, :TILE_WIDTH], grid[:, TILE_WIDTH:]])
