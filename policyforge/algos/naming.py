@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policyforge.policies.base import PolicyConfig
+from policyforge.config import TAG_KEY, to_dict
 
 PPO_ON = {"diffusion": "DPPO", "gaussian": "PPO"}
 """PPO's name by the policy class it trains (flow and residual policies are named by their settings)."""
@@ -20,26 +20,28 @@ def algorithm_tag(config: Any) -> str:
     return str(getattr(algo, "tag", algo))
 
 
-def policy_name(policy: PolicyConfig) -> str:
-    """A policy config's class in words: `diffusion`, `flow`, `shortcut flow`, `gaussian`, `residual`..."""
-    variant = getattr(policy, "variant", "rectified")
-    return f"{variant} {policy.tag}" if policy.tag == "flow" and variant != "rectified" else policy.tag
+def policy_name(section: dict[str, Any]) -> str:
+    """A policy section's class in words (`diffusion`, `flow`, `shortcut flow`, `gaussian`, `residual`...), from
+    its settings as `config.to_dict` writes them."""
+    tag, variant = section[TAG_KEY], section.get("variant", "rectified")
+    return f"{variant} {tag}" if tag == "flow" and variant != "rectified" else tag
 
 
 def method_name(config: Any) -> str:
     """The method a `RunConfig` trains, e.g. "DPPO" (PPO on a diffusion policy), "ReinFlow", "Flow-SDE",
     "residual PPO (flow base)", "BC (diffusion)", "PPO", "SAC"; `ALGO (policy)` for other combinations."""
-    algo, policy = algorithm_tag(config), config.policy
+    algo, policy = algorithm_tag(config), to_dict(config.policy)
+    tag = policy[TAG_KEY]
     if algo == "bc":
         return f"BC ({policy_name(policy)})"
     if algo == "ppo":
-        if policy.tag in PPO_ON:
-            return PPO_ON[policy.tag]
-        if policy.tag == "flow" and getattr(policy, "chain_noise", None) in FLOW_CHAIN_NOISE:
-            return FLOW_CHAIN_NOISE[policy.chain_noise]
-        if policy.tag == "residual":
-            return f"residual PPO ({policy_name(policy.base)} base)"
-    if algo == "sac" and policy.tag == "gaussian":
+        if tag in PPO_ON:
+            return PPO_ON[tag]
+        if tag == "flow" and policy.get("chain_noise") in FLOW_CHAIN_NOISE:
+            return FLOW_CHAIN_NOISE[policy["chain_noise"]]
+        if tag == "residual":
+            return f"residual PPO ({policy_name(policy['base'])} base)"
+    if algo == "sac" and tag == "gaussian":
         return "SAC"
     return f"{algo.upper()} ({policy_name(policy)})"
 
