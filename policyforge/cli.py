@@ -99,8 +99,8 @@ def _report(console: Console, summary: dict, run_dir: Path) -> None:
     keys.append("eval/length")
     if summary.get("compile_s"):
         keys.insert(2, "compile_s")
-    for key in [key for key in keys if key in summary]:  # eval/success only for tasks that define success
-        value = summary.get(key)
+    for key in (key for key in keys if key in summary):  # eval/success: only for tasks with a success flag
+        value = summary[key]
         table.add_row(
             key,
             f"{value:.0%}" if key == "eval/success" else f"{value:,.4g}" if isinstance(value, float) else f"{value:,}",
@@ -169,7 +169,8 @@ def _envs(args: argparse.Namespace, console: Console) -> None:
 
     table = Table(title="policyforge tasks (plus gym:<id> for any installed gymnasium env)")
     for column in ("task", "actions", "policy obs", "critic obs", "control", "episode", "what"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
+    table.columns[0].no_wrap, table.columns[0].min_width = True, max(map(len, TASKS))  # names whole at any width
     for name, cls in TASKS.items():
         env = make_env(SimConfig(task=name, num_envs=1))
         task = env.task

@@ -1,6 +1,7 @@
 """The command line end to end: train a tiny run, evaluate it, export it in both formats, resume, errors."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -38,7 +39,8 @@ def test_train_leaves_checkpoint_plots_video_logs_and_config(run_dir):
 
 def test_eval_and_export(run_dir, capsys):
     assert main(["eval", str(run_dir), "--envs", "2"]) == 0
-    assert "eval/return" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "eval/return" in printed and re.search(r"^eval/success: \d+%$", printed, re.MULTILINE), printed
     for fmt, name in (("onnx", "policy.onnx"), ("torchscript", "policy.pt")):
         assert main(["export", str(run_dir), "--format", fmt]) == 0
         printed = "".join(capsys.readouterr().out.split())  # rich wraps long lines
@@ -227,3 +229,16 @@ def test_config_show_of_an_unknown_recipe_names_the_recipes_there_are(capsys):
     assert main(["config", "show", "arm-reach-pop"]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "no recipe 'arm-reach-pop'" in out and "arm-reach-ppo" in out
+
+
+def test_envs_shows_whole_task_names_at_80_columns(monkeypatch, capsys):
+    from rich.cells import cell_len
+
+    from policyforge.sims import TASKS
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(cell_len, lines)) <= 80
+    for name in TASKS:
+        assert any(line.startswith(f"│ {name} ") for line in lines), name

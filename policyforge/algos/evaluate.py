@@ -1,20 +1,17 @@
 """Deterministic evaluation: one episode per evaluation env with `policy.act` (action chunks executed by
-`ChunkedActor`), optionally filmed."""
+`ChunkedActor`), optionally filmed (`eval_video`: each tile ends on its episode's last frame, labelled)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from policyforge.algos.eval_video import EvalFilm
 from policyforge.io import write_video
 from policyforge.policies.base import Policy
 from policyforge.policies.rollout import ChunkedActor
 from policyforge.sims.vec_env import VecEnv
-
-VIDEO_FPS = 25.0
-"""Videos are filmed at about this rate (every k-th control step), whatever the control rate."""
 
 
 @torch.no_grad()
@@ -27,27 +24,24 @@ def evaluate(
     video_envs: int = 4,
     video_seconds: float = 10.0,
 ) -> dict[str, float]:
-    """Mean return (and its standard deviation over envs), success rate (for tasks that define success) and length
-    of the first episode of every env (no bias towards short episodes). With `video_path`, films the first
-    `video_envs` envs side by side (a 2×2 grid by default) for at most `video_seconds` of simulated time."""
+    """Mean return (and its standard deviation over envs), success rate (only for tasks with a success flag: a
+    task without one has no `eval/success`, rather than a 0% it does not mean) and length of the first episode of
+    every env (no bias towards short episodes). With `video_path`, films the first `video_envs` envs side by side
+    (a 2×2 grid by default) for at most `video_seconds` of simulated time."""
     obs = env.reset(seed=seed)
     n = env.num_envs
     finished = torch.zeros(n, dtype=torch.bool)
     defines_success = False
     returns, lengths, successes = torch.zeros(n), torch.zeros(n), torch.zeros(n)
-    tiles = np.arange(min(video_envs, n))
-    every = max(1, round(1.0 / (VIDEO_FPS * env.control_dt)))
-    frames: list[np.ndarray] = []
+    film = EvalFilm(env, camera, video_envs, video_seconds) if video_path is not None else None
     term_sums: dict[str, torch.Tensor] = {}
     term_steps = torch.zeros(n)
-    step, last_frame = 0, int(video_seconds / env.control_dt) if video_path is not None else -1
     actor = ChunkedActor(policy, n)
     while not finished.all():
         obs, _, _, _, info = env.step(actor(obs))
         actor.episodes_ended(info["episode"]["done"])
-        if step <= last_frame and step % every == 0:
-            frames.append(_tile(env.render(camera, env_ids=tiles, width=240, height=180)))
-        step += 1
+        if film is not None:
+            film.record(info)
         active = (~finished).float()
         for name, value in info["reward_terms"].items():
             term_sums[name] = term_sums.get(name, torch.zeros(n)) + value * active
@@ -59,8 +53,8 @@ def evaluate(
         lengths[first] = episode["length"][first].float()
         successes[first] = episode["success"][first].float()
         finished |= episode["done"]
-    if video_path is not None:
-        write_video(video_path, frames, fps=1 / (env.control_dt * every))
+    if film is not None and video_path is not None:
+        write_video(video_path, film.frames, fps=film.fps)
     per_step = {
         f"eval/terms/{name}": float((total / term_steps.clamp(min=1)).mean()) for name, total in term_sums.items()
     }
@@ -72,15 +66,3 @@ def evaluate(
         "eval/length": float(lengths.mean()),
         **per_step,
     }
-
-
-def _tile(frames: np.ndarray) -> np.ndarray:
-    """[n, H, W, 3] frames in a near-square grid, [rows·H, cols·W, 3]."""
-    n, height, width, _ = frames.shape
-    cols = int(np.ceil(np.sqrt(n)))
-    rows = int(np.ceil(n / cols))
-    grid = np.zeros((rows * height, cols * width, 3), dtype=np.uint8)
-    for i, frame in enumerate(frames):
-        r, c = divmod(i, cols)
-        grid[r * height : (r + 1) * height, c * width : (c + 1) * width] = frame
-    return grid

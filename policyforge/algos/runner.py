@@ -25,6 +25,7 @@ from policyforge.algos.evaluate import evaluate
 from policyforge.algos.init_policy import load_initial_policy
 from policyforge.algos.interrupt import StopRequests, TrainingInterrupted, resume_command
 from policyforge.algos.logger import MetricsLogger, read_metrics
+from policyforge.algos.naming import run_title
 from policyforge.algos.plots import plot_learning_curves
 from policyforge.algos.progress import ProgressDisplay, ProgressPlan, unit_name
 from policyforge.algos.run_config import CONFIG_FILE, EVAL_SEED_OFFSET, RunConfig, RunnerConfig  # noqa: F401
@@ -195,6 +196,7 @@ class Runner:
             display = ProgressDisplay(self.console, plan, self.algo.step_unit)
             display.seed_eval_seconds([r["perf/eval_s"] for r in read_metrics(self.run_dir) if "perf/eval_s" in r])
             try:
+                self._evaluate_initial_policy(logger, display)
                 self._train_until(total, logger, display)
                 self._stops.notice = (
                     "Ctrl-C: training is done; its final evaluation and checkpoint finish first (Ctrl-C again: stop "
@@ -206,7 +208,7 @@ class Runner:
             finally:
                 display.close()
                 logger.close()
-            plot = plot_learning_curves(self.run_dir, f"{self.config.sim.task} · {self.config.algo.tag}")
+            plot = plot_learning_curves(self.run_dir, run_title(self.config))
             summary = {
                 self.algo.step_unit: self.env_steps,
                 "iterations": self.iteration,
@@ -298,6 +300,12 @@ class Runner:
             return evaluate(self.algo.policy, env, cfg.seed + EVAL_SEED_OFFSET, path, cfg.runner.video_camera)
         finally:
             env.close()
+
+    def _evaluate_initial_policy(self, logger: MetricsLogger, display: ProgressDisplay) -> None:
+        """A fine-tuning run (init_policy set) logs an evaluation of its initial policy at step 0, so that its
+        curves show before → after (and best.pt may be that policy); a resumed run logged it when it started."""
+        if self.config.init_policy and self._resumed_from is None:
+            logger.log(self.env_steps, self._evaluation(self.config.runner.video == "every_eval", display))
 
     def save_checkpoint(self, finished: bool = False) -> Path:
         """Checkpoint the run; `finished`: after its final evaluation (a resume then has nothing to do)."""

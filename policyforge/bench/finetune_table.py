@@ -95,8 +95,8 @@ def run_one(task: str, method: str, seed: int, args) -> dict:
     summary = runner.train()
     runner.close()
     evals = [json.loads(line) for line in (config.run_dir / "metrics.jsonl").read_text().splitlines()]
-    curve = [(0, before, 0.0)] + [(m["env_steps"], m["eval/success"], m["perf/wall_s"]) for m in evals
-                                  if "eval/success" in m]  # fmt: skip
+    later = [m for m in evals if "eval/success" in m and m["env_steps"] > 0]  # a fine-tuning run's step 0 is `before`
+    curve = [(0, before, 0.0)] + [(m["env_steps"], m["eval/success"], m["perf/wall_s"]) for m in later]
     split = {part: sum(m.get(f"perf/{part}_s", 0.0) for m in evals) for part in TIME_PARTS}
     return {"before": before, "after": summary["eval/success"], "wall_s": summary["wall_s"], "curve": curve, **split}
 

@@ -59,6 +59,8 @@ class GymVecEnv(VecEnv):
         self._seed = seed
         self._last_obs = np.zeros((num_envs, *obs_space.shape), obs_space.dtype)
         """Each env's current observation [N, ...], so that `reset_envs` can return all N."""
+        self._last_done = np.zeros(num_envs, dtype=bool)
+        """Which envs the last step finished (and gymnasium reset)."""
 
     @property
     def cameras(self) -> list[str]:
@@ -67,6 +69,7 @@ class GymVecEnv(VecEnv):
     def reset(self, seed: int | None = None) -> Obs:
         obs, _ = self.envs.reset(seed=self._seed if seed is None else seed)
         self._seed = None  # later resets continue the seeded streams
+        self._last_done = np.zeros(self.num_envs, dtype=bool)
         self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
         self._last_obs = np.array(obs)
         return self._obs(obs)
@@ -84,6 +87,7 @@ class GymVecEnv(VecEnv):
         obs, reward, terminated, truncated, info = self.envs.step(scaled)
         terminated = np.asarray(terminated, bool)
         done = terminated | np.asarray(truncated, bool)
+        self._last_done = done
         final = obs.copy()
         if done.any():
             for i in np.flatnonzero(info.get("_final_obs", done)):
@@ -97,9 +101,15 @@ class GymVecEnv(VecEnv):
         reward_out = self._tensor(reward.astype(np.float32))
         return self._obs(obs), reward_out, self._tensor(terminated), self._tensor(outcome.truncated), out_info
 
-    def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
-        """Frames at the env's own render size (gymnasium fixes it when the env is made)."""
+    def render(
+        self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240, final: bool = False
+    ) -> np.ndarray:
+        """Frames at the env's own render size (gymnasium fixes it when the env is made). The vector env resets
+        finished envs inside its step, so their pre-reset state is gone: `final` raises NotImplementedError for
+        those."""
         ids = range(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
+        if final and self._last_done[np.asarray(ids, dtype=int)].any():
+            raise NotImplementedError(f"gym:{self.env_id} resets inside its step; its pre-reset frames are gone")
         return np.stack([self.envs.envs[int(i)].render() for i in ids])
 
     def close(self) -> None:

@@ -73,6 +73,8 @@ class MjxVecEnv(VecEnv):
         """Seconds spent compiling (0 when this process had compiled the same program already)."""
         self._renderers = _render.RendererCache(task.model)
         self.state: EnvState
+        self._final_poses: tuple[jax.Array, jax.Array, jax.Array] | None = None
+        """done [N], qpos [N, nq] and mocap_pos [N, nmocap, 3] of the last step before its resets."""
         obs = self.reset(seed)
         self.obs_shapes = {key: tuple(value.shape[1:]) for key, value in obs.items()}
 
@@ -83,11 +85,13 @@ class MjxVecEnv(VecEnv):
         return _render.camera_names(self.task.model)
 
     def reset(self, seed: int | None = None) -> Obs:
+        self._final_poses = None
         key = jax.random.PRNGKey(seed) if seed is not None else self.state.key
         self.state, obs = self.program.reset(key)
         return self._torch_tree(obs)
 
     def reset_to(self, initial: ResetState) -> Obs:
+        self._final_poses = None
         key = self.state.key
         initial = ResetState(*(jax.tree.map(jnp.asarray, tuple(initial))))
         self.state, obs = self.program.reset_to(key, initial)
@@ -104,6 +108,7 @@ class MjxVecEnv(VecEnv):
         if bool(out["any_bad"]):
             self._raise_bad(out)
         self.state = state
+        self._final_poses = (out["episode"]["done"], out["final_qpos"], out["final_mocap_pos"])
         tensor = self._tensor
         final_obs = self._torch_tree(out["final_obs"])
         info = make_step_info(final_obs, out["episode"], out["reward_terms"], out.get("success"), tensor)
@@ -115,10 +120,17 @@ class MjxVecEnv(VecEnv):
             info,
         )
 
-    def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
+    def render(
+        self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240, final: bool = False
+    ) -> np.ndarray:
         ids = np.arange(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
         rows = jax.tree.map(lambda x: x[ids], self.state.data)
         datas = mujoco.mjx.get_data(self.task.model, rows)
+        if final and self._final_poses is not None:
+            done, qpos, mocap_pos = (np.asarray(x[ids]) for x in self._final_poses)
+            for data, reset, env_qpos, env_mocap in zip(datas, done, qpos, mocap_pos, strict=True):
+                if reset:
+                    _render.pose_before_reset(self.task.model, data, env_qpos, env_mocap)
         renderer = self._renderers.get(width, height)
         return np.stack([renderer.render(data, camera) for data in datas])
 
@@ -136,6 +148,7 @@ class MjxVecEnv(VecEnv):
         if len(saved) != len(leaves) or any(s.shape != np.shape(x) for s, x in zip(saved, leaves, strict=True)):
             raise ValueError("snapshot does not match this env (another task, option or number of envs)")
         self.state = jax.tree.unflatten(treedef, [jnp.asarray(s) for s in saved])
+        self._final_poses = None
 
     def close(self) -> None:
         self._renderers.close()

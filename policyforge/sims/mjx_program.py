@@ -151,6 +151,8 @@ class MjxProgram:
         out = {
             "obs": _float32(next_obs),
             "final_obs": _float32(obs),
+            "final_qpos": data.qpos,  # the pose before any reset, for render(final=True)
+            "final_mocap_pos": data.mocap_pos,
             "reward": reward.astype(jnp.float32),
             "terminated": terminated,
             "truncated": outcome.truncated,

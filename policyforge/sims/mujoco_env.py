@@ -76,6 +76,8 @@ class MujocoVecEnv(VecEnv):
         self._image = image if image is not None and image.cameras else None
         self._renderers = _render.RendererCache(task.model)
         self._scratch = mujoco.MjData(model)
+        self._final_poses: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        """qpos and mocap_pos, by env, of the envs the last step reset, as they were before the reset."""
         self.rng = np.random.default_rng(seed)
         self.episodes: EpisodeCounters
         """Return, length (the time-limit clock) and success so far of each env's episode."""
@@ -92,6 +94,7 @@ class MujocoVecEnv(VecEnv):
         return _render.camera_names(self.task.model)
 
     def reset(self, seed: int | None = None) -> Obs:
+        self._final_poses = {}
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         self._reset_envs(np.arange(self.num_envs), resample=True)
@@ -100,6 +103,7 @@ class MujocoVecEnv(VecEnv):
         return self._to_torch_obs(obs, self._images(np.arange(self.num_envs)))
 
     def reset_to(self, initial: ResetState) -> Obs:
+        self._final_poses = {}
         self._reset_envs(np.arange(self.num_envs), resample=True, initial=initial)
         self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
         return self._to_torch_obs(self.task.observe(self.state, np), self._images(np.arange(self.num_envs)))
@@ -128,17 +132,28 @@ class MujocoVecEnv(VecEnv):
         final_obs = self._to_torch_obs(obs, images)
         info = make_step_info(final_obs, outcome.episode, terms, success, self._tensor)
         next_obs = final_obs
+        self._final_poses = {}
         if outcome.done.any():
             ids = np.flatnonzero(outcome.done)
+            self._keep_final_poses(ids)
             self._reset_envs(ids, resample=self._resample_on_reset)
             next_obs = self._merge_reset_obs(obs, images, ids)
         reward = to_torch(reward.astype(np.float32), self.device)
         return next_obs, reward, self._tensor(terminated), self._tensor(outcome.truncated), info
 
-    def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
+    def render(
+        self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240, final: bool = False
+    ) -> np.ndarray:
         ids = np.arange(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
         renderer = self._renderers.get(width, height)
-        return np.stack([renderer.render(self.batch.get_data(int(i), self._scratch), camera) for i in ids])
+        frames = []
+        for env in map(int, ids):
+            data = self.batch.get_data(env, self._scratch)
+            if final and env in self._final_poses:
+                qpos, mocap_pos = self._final_poses[env]
+                _render.pose_before_reset(self.task.model, data, qpos, mocap_pos)
+            frames.append(renderer.render(data, camera))
+        return np.stack(frames)
 
     def get_state(self) -> dict[str, Any]:
         """Physics state rows, per-env model fields, task variables, counters and the RNG."""
@@ -162,6 +177,7 @@ class MujocoVecEnv(VecEnv):
         self.vars = {k: v.copy() for k, v in state["vars"].items()}
         self.episodes = EpisodeCounters(*(np.array(counter) for counter in state["tracker"]))
         self.rng.bit_generator.state = state["rng"]
+        self._final_poses = {}
         # positions and velocities current, as after a step; the next step continues from them
         self.batch.forward(stage=mujoco.mjtStage.mjSTAGE_VEL)
         self._warning_counts[:] = self.batch.warning[:, :, 1]
@@ -238,6 +254,14 @@ class MujocoVecEnv(VecEnv):
             }
         for name, values in new_vars.items():
             self.vars[name][ids] = values
+
+    def _keep_final_poses(self, ids: np.ndarray) -> None:
+        """Remember the poses of envs `ids`, which are about to reset, for `render(final=True)`."""
+        qpos = self._state_fields["qpos"][ids].copy()
+        mocap = self._state_fields["mocap_pos"][ids].copy() if "mocap_pos" in self._state_fields else None
+        self._final_poses = {
+            int(env): (qpos[row], None if mocap is None else mocap[row]) for row, env in enumerate(ids)
+        }
 
     def _merge_reset_obs(self, obs: dict[str, np.ndarray], images: np.ndarray | None, ids: np.ndarray) -> Obs:
         """Observations after resetting envs `ids`: their first observations, everyone else's unchanged."""

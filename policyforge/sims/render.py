@@ -5,11 +5,21 @@ from __future__ import annotations
 import atexit
 import os
 import weakref
+from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless by default; must precede the first `import mujoco`
 
 import mujoco
 import numpy as np
+
+
+def pose_before_reset(model: mujoco.MjModel, data: mujoco.MjData, qpos: Any, mocap_pos: Any | None) -> None:
+    """Write an env's pose from before its auto-reset (qpos [nq], mocap_pos [nmocap, 3] or None) into `data`, a
+    scratch copy of its state, and compute the kinematics and cameras a frame of it needs (mj_forward)."""
+    data.qpos[:] = qpos
+    if mocap_pos is not None:
+        data.mocap_pos[:] = mocap_pos
+    mujoco.mj_forward(model, data)
 
 
 def camera_names(model: mujoco.MjModel) -> list[str]:

@@ -126,8 +126,13 @@ class VecEnv(abc.ABC):
         `episodes.end_step` and build `info` with `make_step_info`."""
 
     @abc.abstractmethod
-    def render(self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240) -> np.ndarray:
-        """RGB frames [n, H, W, 3] uint8 of envs `env_ids` (all by default) from `camera` (default: the first)."""
+    def render(
+        self, camera: str | None = None, env_ids: Any = None, width: int = 320, height: int = 240, final: bool = False
+    ) -> np.ndarray:
+        """RGB frames [n, H, W, 3] uint8 of envs `env_ids` (all by default) from `camera` (default: the first).
+        `final`: the state at the end of the last step before any auto-reset, as `info["final_obs"]` observes it
+        (the same frame as without it for envs that did not finish), so a film can end on an episode's last
+        frame; NotImplementedError where the simulator resets inside its own step (gym)."""
 
     @property
     @abc.abstractmethod

@@ -67,6 +67,10 @@ def test_auto_reset_and_final_observation_match_native():
     native, mjx = env_pair("pendulum-swingup", num_envs=4, task_options={"episode_seconds": 0.2})
     result = paired_rollout(native, mjx, oscillating_actions(native.episode_steps, 4, 1, 1.0))
     assert result.flags_equal and result.obs_error.max() < 1e-5
+    # both ended their episodes at the last step: frames of the states before the reset (render(final=True)) agree,
+    # and are not the new episodes' (drawn independently by each backend)
+    final_n, final_m = (env.render(width=64, height=48, final=True).astype(int) for env in (native, mjx))
+    assert np.abs(final_m - final_n).mean() < 0.5 < 2.0 < np.abs(final_m - mjx.render(width=64, height=48)).mean()
     for env in (native, mjx):
         env.reset(seed=3)
     for _ in range(native.episode_steps):

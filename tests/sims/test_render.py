@@ -40,3 +40,44 @@ def test_image_observations():
     assert truncated.all()
     assert info["final_obs"]["image"].shape == obs["image"].shape
     assert not torch.equal(info["final_obs"]["image"], obs["image"])
+
+
+def test_final_frames_show_the_state_before_the_auto_reset():
+    image = ImageConfig(cameras=["front"], width=32, height=24)
+    env = make_env(SimConfig(task="arm-reach", num_envs=3, image=image, task_options={"episode_seconds": 0.12}))
+    env.reset(seed=0)
+
+    def frames(final: bool) -> np.ndarray:
+        return env.render("front", width=32, height=24, final=final)
+
+    for _ in range(2):
+        env.step(torch.ones(3, env.action_dim))
+    assert np.array_equal(frames(final=True), frames(final=False)), "no episode ended: the same frames"
+    obs, _, _, truncated, info = env.step(torch.ones(3, env.action_dim))  # the time limit: every env resets
+    assert truncated.all()
+    assert np.array_equal(frames(final=True), info["final_obs"]["image"][:, 0].numpy())
+    assert np.array_equal(frames(final=False), obs["image"][:, 0].numpy())
+    assert not np.array_equal(frames(final=True), frames(final=False))
+    env.close()
+
+
+def test_gym_says_it_cannot_render_pre_reset_frames_and_evaluation_films_it_anyway(tmp_path):
+    from policyforge.algos.evaluate import evaluate
+    from policyforge.policies.base import EnvSpec, PolicyConfig
+
+    env = make_env(SimConfig(task="gym:InvertedPendulum-v5", num_envs=2))
+    env.reset(seed=0)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(1000):
+        done = env.step(torch.rand(2, env.action_dim, generator=generator) * 2 - 1)[4]["episode"]["done"]
+        if done.any():
+            break
+    assert done.any()
+    with pytest.raises(NotImplementedError, match="pre-reset"):
+        env.render(final=True)
+    if not done.all():
+        assert env.render(env_ids=np.flatnonzero(~done.numpy()), final=True).shape[0] == 1
+    policy = PolicyConfig.registry["gaussian"]().build(EnvSpec(env.obs_shapes, env.action_dim)).eval()
+    evaluate(policy, env, seed=0, video_path=tmp_path / "gym.mp4", video_seconds=1.0)
+    assert (tmp_path / "gym.mp4").stat().st_size > 1000
+    env.close()

@@ -1,0 +1,51 @@
+"""What a run is called where people read it (plot titles, progress, evaluation output): the method's name as
+papers use it (DPPO, ReinFlow, Flow-SDE, residual PPO, BC, PPO, SAC), derived from the run config's algorithm and
+policy settings. The one place that names methods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policyforge.config import TAG_KEY, to_dict
+
+PPO_ON = {"diffusion": "DPPO", "gaussian": "PPO"}
+"""PPO's name by the policy class it trains (flow and residual policies are named by their settings)."""
+FLOW_CHAIN_NOISE = {"reinflow": "ReinFlow", "sde": "Flow-SDE"}
+"""PPO on a flow policy, by how its chain is made stochastic (`policy.chain_noise`)."""
+
+
+def algorithm_tag(config: Any) -> str:
+    """The run's algorithm (`bc`, `ppo`, `sac`): `config.algo`, a name, or the tag of a tagged `algo:` section."""
+    algo = config.algo
+    return str(getattr(algo, "tag", algo))
+
+
+def policy_name(section: dict[str, Any]) -> str:
+    """A policy section's class in words (`diffusion`, `flow`, `shortcut flow`, `gaussian`, `residual`...), from
+    its settings as `config.to_dict` writes them."""
+    tag, variant = section[TAG_KEY], section.get("variant", "rectified")
+    return f"{variant} {tag}" if tag == "flow" and variant != "rectified" else tag
+
+
+def method_name(config: Any) -> str:
+    """The method a `RunConfig` trains, e.g. "DPPO" (PPO on a diffusion policy), "ReinFlow", "Flow-SDE",
+    "residual PPO (flow base)", "BC (diffusion)", "PPO", "SAC"; `ALGO (policy)` for other combinations."""
+    algo, policy = algorithm_tag(config), to_dict(config.policy)
+    tag = policy[TAG_KEY]
+    if algo == "bc":
+        return f"BC ({policy_name(policy)})"
+    if algo == "ppo":
+        if tag in PPO_ON:
+            return PPO_ON[tag]
+        if tag == "flow" and policy.get("chain_noise") in FLOW_CHAIN_NOISE:
+            return FLOW_CHAIN_NOISE[policy["chain_noise"]]
+        if tag == "residual":
+            return f"residual PPO ({policy_name(policy['base'])} base)"
+    if algo == "sac" and tag == "gaussian":
+        return "SAC"
+    return f"{algo.upper()} ({policy_name(policy)})"
+
+
+def run_title(config: Any) -> str:
+    """`<task> · <method>`, e.g. "arm-lift-cube · DPPO"."""
+    return f"{config.sim.task} · {method_name(config)}"
