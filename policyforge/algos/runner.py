@@ -361,13 +361,19 @@ def load_run(
     (default: the run's evaluation size) seeded for evaluation, on `backend` (default: the run's)."""
     run_dir = Path(run_dir)
     config = config_io.load(RunConfig, run_dir / CONFIG_FILE)
-    sim = dataclasses.replace(
-        config.sim, num_envs=num_envs or config.runner.eval_envs, backend=backend or config.sim.backend
-    )
-    env = make_env(sim, seed=config.seed + EVAL_SEED_OFFSET)
+    env = evaluation_env(config, num_envs, backend)
     policy = build_policy(config, env)
     policy.load_state_dict(checkpoint.load(checkpoint.resolve(run_dir, checkpoint_file))["algo"]["policy"])
     return config, policy.eval(), env
+
+
+def evaluation_env(config: RunConfig, num_envs: int | None = None, backend: str | None = None) -> VecEnv:
+    """A fresh env of the run's task with `num_envs` (default: the run's evaluation size), seeded as evaluation
+    seeds it, on `backend` (default: the run's)."""
+    sim = dataclasses.replace(
+        config.sim, num_envs=num_envs or config.runner.eval_envs, backend=backend or config.sim.backend
+    )
+    return make_env(sim, seed=config.seed + EVAL_SEED_OFFSET)
 
 
 def _seed_everything(seed: int) -> None:
