@@ -446,6 +446,12 @@ def _parser() -> argparse.ArgumentParser:
     playing.add_argument("--episodes", type=int, default=3, help="episodes to play, one after another")
     playing.add_argument("--out", default=None, help="render to this MP4 (headless default: RUN_DIR/videos/play.mp4)")
     playing.set_defaults(run=_library("policyforge.play:command"))
+    data = commands.add_parser("data", help="inspect datasets").add_subparsers(dest="data_command", required=True)
+    showing = data.add_parser("show", help="a LeRobot dataset: summary, features, per-episode outcomes, a video")
+    showing.add_argument("dataset", help="the dataset directory (the one holding meta/info.json)")
+    showing.add_argument("--episode", type=int, default=None, help="show episode K only (numbered from 0)")
+    showing.add_argument("--video", default=None, help="write the episode's camera images to this MP4")
+    showing.set_defaults(run=_library("policyforge.data.show:command"))
     return parser
 
 
