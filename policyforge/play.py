@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -92,11 +93,8 @@ def play_viewer(loaded: LoadedPolicy, episodes: int, say: Callable[[str], None])
     try:
         obs = env.reset(seed=loaded.config.seed + EVAL_SEED_OFFSET)
         loaded.reset()
-        try:
-            viewer = mujoco.viewer.launch_passive(model, view)
-        except Exception as err:  # a display without the OpenGL a window needs (e.g. X forwarding without GLX)
-            raise ViewerUnavailable(f"the MuJoCo viewer did not open ({err})") from err
-        with viewer:
+        _check_window_system()  # MuJoCo's viewer ends the process where GLFW cannot start: ask GLFW first
+        with mujoco.viewer.launch_passive(model, view) as viewer:
             while viewer.is_running() and len(played) < episodes:
                 start = time.perf_counter()
                 obs, _, _, _, info = env.step(loaded.act(obs))
@@ -112,6 +110,18 @@ def play_viewer(loaded: LoadedPolicy, episodes: int, say: Callable[[str], None])
     return played
 
 
+def _check_window_system() -> None:
+    """ViewerUnavailable, with GLFW's reason, where GLFW cannot start (a DISPLAY that names no reachable server)."""
+    import glfw
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        started = glfw.init()
+    if not started:
+        reason = "; ".join(str(warning.message) for warning in caught) or "glfw.init() failed"
+        raise ViewerUnavailable(f"the MuJoCo viewer cannot open a window ({reason})")
+
+
 def _finished(info: dict, index: int, say: Callable[[str], None]) -> Episode:
     """The outcome of env 0's episode that ended at the step of `info`, printed."""
     episode = info["episode"]
@@ -125,7 +135,8 @@ def summary(played: list[Episode]) -> str:
     """The episodes' mean outcome: success rate (tasks with a success flag) and mean return."""
     success = [e.success for e in played if e.success is not None]
     rate = f"success {percent(float(np.mean(success)))}, " if success else ""
-    return f"{len(played)} episodes: {rate}mean return {np.mean([e.ret for e in played]):.4g}"
+    episodes = f"{len(played)} episode" + ("s" if len(played) != 1 else "")
+    return f"{episodes}: {rate}mean return {np.mean([e.ret for e in played]):.4g}"
 
 
 def command(args: argparse.Namespace, console: Console) -> int:

@@ -51,3 +51,13 @@ def test_play_names_bad_arguments(finished_run, capsys):
     assert "--episodes: must be in [1, 1000], got 0" in capsys.readouterr().out
     assert main(["play", str(finished_run), "--checkpoint", "99"]) == 2
     assert "has no checkpoint step_00000099.pt" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_display_without_a_server_falls_back_to_a_video(run_copy, capsys, monkeypatch):
+    monkeypatch.setenv("DISPLAY", ":987")  # set, but no X server answers there
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert main(["play", str(run_copy), "--episodes", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the MuJoCo viewer cannot open a window (" in out and "rendering a video instead" in out
+    assert re.search(r"1 episode: success 0%, mean return", out)
+    assert len(read_video(run_copy / "videos" / "play.mp4")) > 200
