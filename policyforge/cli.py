@@ -11,6 +11,8 @@ policyforge envs                                      list the tasks
 policyforge tour [key=value ...]                      scripted controllers on every task, with videos
 policyforge collect TASK --episodes N [options]       scripted-expert demonstrations → LeRobot v3.0 dataset
 policyforge deploy RUN_DIR|POLICY --robot go2 [--peer sim]  run a policy on a robot through the safety filter
+policyforge play RUN_DIR [--episodes N] [--out FILE.mp4]  watch the policy: MuJoCo viewer, or a video headless
+policyforge data show DATASET [--episode K]         a dataset's summary and episodes (--video: film one)
 
 Exit status: 0 done; 2 a user error (the message names the flag, field or file); 3 `deploy` ended in an e-stop
 (its cause is printed); 130 Ctrl-C (training saves a checkpoint first and prints the resume command); 1 anything
@@ -20,10 +22,12 @@ else (a traceback).
 from __future__ import annotations
 
 import argparse
+import importlib
 import pkgutil
 import re
 import runpy
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -333,6 +337,12 @@ def _three_numbers(text: str, flag: str, what: str) -> tuple[float, float, float
     return numbers
 
 
+def _library(command: str) -> Callable[[argparse.Namespace, Console], int | None]:
+    """A command whose code is in a library module ("module:function(args, console)"), imported when it runs."""
+    module, function = command.split(":")
+    return lambda args, console: getattr(importlib.import_module(module), function)(args, console)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="policyforge", description="Robot learning in parallel simulation.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -430,6 +440,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     deploying.add_argument("--cpus", default=None, help="CPUs to keep the control loop on, e.g. 1 or 2,3")
     deploying.set_defaults(run=_deploy)
+    playing = commands.add_parser("play", help="watch a run's policy: the MuJoCo viewer with a display, else a video")
+    playing.add_argument("run_dir")
+    playing.add_argument("--checkpoint", default=None, help="latest (default), best, N (step_N.pt) or a file")
+    playing.add_argument("--episodes", type=int, default=3, help="episodes to play, one after another")
+    playing.add_argument("--out", default=None, help="render to this MP4 (headless default: RUN_DIR/videos/play.mp4)")
+    playing.set_defaults(run=_library("policyforge.play:command"))
+    data = commands.add_parser("data", help="inspect datasets").add_subparsers(dest="data_command", required=True)
+    showing = data.add_parser("show", help="a LeRobot dataset: summary, features, per-episode outcomes, a video")
+    showing.add_argument("dataset", help="the dataset directory (the one holding meta/info.json)")
+    showing.add_argument("--episode", type=int, default=None, help="show episode K only (numbered from 0)")
+    showing.add_argument("--video", default=None, help="write the episode's camera images to this MP4")
+    showing.set_defaults(run=_library("policyforge.data.show:command"))
     return parser
 
 

@@ -1,4 +1,5 @@
-"""Metrics of a run: one JSON line per log point (plots read it) and TensorBoard scalars (`progress` shows them live).
+"""Metrics of a run: one JSON line per log point (plots read it) and TensorBoard scalars (`progress` shows them live),
+and the same scalars in Weights & Biases where `runner.wandb` asks for them (`wandb_log`, offline by default).
 
 metrics.jsonl is only ever appended to while a run trains. Starting or resuming a run rewrites it, atomically (a
 failed write leaves the old file whole), and only when it must: to drop the records after the step the run resumes
@@ -13,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from policyforge.algos.wandb_log import WandbScalars
 from policyforge.errors import UserError
 from policyforge.io import atomic_path
 
@@ -26,11 +28,17 @@ class MetricsError(UserError):
 
 
 class MetricsLogger:
-    """Appends metrics to `metrics.jsonl` and TensorBoard; a resumed run drops what came after its checkpoint,
-    a new one starts the file afresh."""
+    """Appends metrics to `metrics.jsonl`, TensorBoard and (with `wandb_project`) W&B; a resumed run drops what
+    came after its checkpoint, a new one starts the file afresh. `wandb_config`: the run's config, as W&B shows it."""
 
     def __init__(
-        self, run_dir: Path, resume_step: int | None = None, tensorboard: bool = True, step_key: str = "env_steps"
+        self,
+        run_dir: Path,
+        resume_step: int | None = None,
+        tensorboard: bool = True,
+        step_key: str = "env_steps",
+        wandb_project: str | None = None,
+        wandb_config: dict[str, Any] | None = None,
     ):
         self.path, self.step_key = run_dir / METRICS_FILE, step_key
         _keep_until(self.path, resume_step or 0, step_key)
@@ -40,6 +48,9 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
+        self.wandb: WandbScalars | None = None
+        if wandb_project is not None:
+            self.wandb = WandbScalars(run_dir, wandb_project, step_key, wandb_config or {}, resume_step)
 
     def log(self, env_steps: int, metrics: dict[str, float]) -> None:
         """One log point at `env_steps` (in the run's step unit)."""
@@ -49,11 +60,15 @@ class MetricsLogger:
         if self._writer is not None:
             for key, value in metrics.items():
                 self._writer.add_scalar(key, value, env_steps)
+        if self.wandb is not None:
+            self.wandb.log(env_steps, metrics)
 
     def close(self) -> None:
         self._file.close()
         if self._writer is not None:
             self._writer.close()
+        if self.wandb is not None:
+            self.wandb.close()
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +45,11 @@ class RunnerConfig:
     """torch intra-op threads (1 is fastest beside a busy simulator on few cores)."""
     tensorboard: bool = True
     """Write TensorBoard event files under tensorboard/."""
+    wandb: bool = False
+    """Log the same scalars to Weights & Biases too, OFFLINE unless WANDB_MODE says otherwise (files under wandb/;
+    upload with `wandb sync`). Needs the optional extra: pip install 'policyforge[wandb]'."""
+    wandb_project: str = "policyforge"
+    """The W&B project of the run (with runner.wandb)."""
 
     def __post_init__(self) -> None:
         check_in(self.total_env_steps, "total_env_steps", "[1, inf)")
@@ -52,6 +58,11 @@ class RunnerConfig:
         check_in(self.checkpoint_every, "checkpoint_every", "[1, inf)")
         check_in(self.keep_checkpoints, "keep_checkpoints", "[1, inf)")
         check_in(self.torch_threads, "torch_threads", f"[1, {MAX_THREADS}]")
+        check(
+            bool(re.fullmatch(r"[^/\\#?%:\s]{1,128}", self.wandb_project)),
+            "wandb_project",
+            f"W&B project names are 1 to 128 characters without spaces or / \\ # ? % :, got {self.wandb_project!r}",
+        )
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ import torch
 from rich.console import Console
 
 from policyforge import config as config_io
-from policyforge.algos import checkpoint, run_files
+from policyforge.algos import checkpoint, run_files, wandb_log
 from policyforge.algos.base import StepCallback
 from policyforge.algos.build import build, build_policy
 from policyforge.algos.evaluate import evaluate
@@ -63,6 +63,8 @@ class Runner:
 
     def _build(self, config: RunConfig, console: Console | None) -> None:
         self.console = console or Console()
+        if config.runner.wandb:
+            wandb_log.check_installed()  # before anything is built: the error names runner.wandb and the fix
         torch.set_num_threads(config.runner.torch_threads)
         _seed_everything(config.seed)
         self.env = make_env(config.sim, seed=config.seed)
@@ -191,7 +193,11 @@ class Runner:
         try:
             cfg = self.config.runner
             total = self.algo.total_steps(cfg.total_env_steps)
-            logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard, self.algo.step_unit)
+            wandb = (cfg.wandb_project, config_io.to_dict(self.config)) if cfg.wandb else (None, None)
+            logger = MetricsLogger(self.run_dir, self._resumed_from, cfg.tensorboard, self.algo.step_unit, *wandb)
+            if logger.wandb is not None:
+                upload = f" (upload: wandb sync {logger.wandb.directory})" if logger.wandb.mode == "offline" else ""
+                self.console.print(f"W&B {logger.wandb.mode}: {logger.wandb.directory}{upload}", soft_wrap=True)
             plan = ProgressPlan(self.env_steps, total, self.algo.steps_per_iteration(self.env), cfg.eval_every_steps)
             display = ProgressDisplay(self.console, plan, self.algo.step_unit)
             display.seed_eval_seconds([r["perf/eval_s"] for r in read_metrics(self.run_dir) if "perf/eval_s" in r])
@@ -361,13 +367,19 @@ def load_run(
     (default: the run's evaluation size) seeded for evaluation, on `backend` (default: the run's)."""
     run_dir = Path(run_dir)
     config = config_io.load(RunConfig, run_dir / CONFIG_FILE)
-    sim = dataclasses.replace(
-        config.sim, num_envs=num_envs or config.runner.eval_envs, backend=backend or config.sim.backend
-    )
-    env = make_env(sim, seed=config.seed + EVAL_SEED_OFFSET)
+    env = evaluation_env(config, num_envs, backend)
     policy = build_policy(config, env)
     policy.load_state_dict(checkpoint.load(checkpoint.resolve(run_dir, checkpoint_file))["algo"]["policy"])
     return config, policy.eval(), env
+
+
+def evaluation_env(config: RunConfig, num_envs: int | None = None, backend: str | None = None) -> VecEnv:
+    """A fresh env of the run's task with `num_envs` (default: the run's evaluation size), seeded as evaluation
+    seeds it, on `backend` (default: the run's)."""
+    sim = dataclasses.replace(
+        config.sim, num_envs=num_envs or config.runner.eval_envs, backend=backend or config.sim.backend
+    )
+    return make_env(sim, seed=config.seed + EVAL_SEED_OFFSET)
 
 
 def _seed_everything(seed: int) -> None:
