@@ -15,5 +15,5 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e ".[dev,robots]"
+.venv/bin/pip install -q -e ".[dev,robots,wandb]"
 echo "policyforge installed in .venv"
