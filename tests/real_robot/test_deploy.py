@@ -57,7 +57,8 @@ def test_deploy_reaches_with_the_franka_peer(peers_on_their_own_computer):
         source=ASSETS / "arm-reach-policy.onnx", robot="franka", peer="sim", seconds=4.0, realtime=True
     )
     scheduling = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.sched_getaffinity(0))
-    report, facts = deploy(config)
+    done = deploy(config)
+    report, facts = done.report, done.facts
     # libfranka's synchronous stop on disconnect raised this thread to SCHED_FIFO 99 and left it there
     assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.sched_getaffinity(0)) == scheduling
     # reaching is asserted in test_franka.py; where the arm ends is not: after reaching, some joint-mode runs
