@@ -106,12 +106,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
             cpus=_cpu_list(args.cpus),
             expect_reach=args.expect_reach,
         )
-        done = deploy(config, say=lambda text: console.print(text, markup=False))
+        done = deploy(config, say=lambda text: console.print(text, markup=False, soft_wrap=True))
     except ConfigError as err:
         raise ConfigError(DEPLOY_FLAGS.get(err.path, err.path), err.reason) from None
     report, facts = done.report, done.facts
     table = Table(title=f"deploy {args.source} on {done.robot}" + (f" ({args.peer} peer)" if args.peer else ""))
-    table.add_column("")
+    table.add_column("", no_wrap=True)  # keys whole (scripts look rows up by them); values wrap
     table.add_column("value")
     jitter, loop = report.jitter_ms, done.loop
     rate = report.commands_sent / report.wall_s if report.wall_s > 0 else 0.0
@@ -139,8 +139,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     for key, value in rows.items():
         table.add_row(key, value)
     console.print(table)
-    console.print(f"overruns {'' if done.overruns.harmless else '(warning) '}{done.overruns.judgement}", markup=False)
-    console.print(done.verdict.line, markup=False, style="bold")
+    console.print(f"overruns: {done.overruns.judgement}", markup=False, soft_wrap=True)
+    console.print(done.verdict.line, markup=False, soft_wrap=True, style="bold")
     if report.final_mode == "estop":
         console.print(f"[red]e-stop[/red]: {report.estop_cause} (exit status {ESTOP_EXIT})")
         return ESTOP_EXIT

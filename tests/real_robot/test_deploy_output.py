@@ -222,3 +222,40 @@ def test_expect_reach_exits_non_zero_when_the_goal_is_out_of_reach_in_time(capsy
     assert code == NOT_REACHED_EXIT, printed
     assert "VERDICT: not reached: final distance to the goal" in printed
     assert f"--expect-reach: the goal was not reached (exit status {NOT_REACHED_EXIT})" in printed
+
+
+def finished(final_mode: str, reached: bool):
+    """A stand-in for `launch.deploy` that returns a deployment ending as told (no robot, no peer)."""
+    from policyforge.real_robot.launch import Deployment
+    from policyforge.real_robot.progress import Verdict
+
+    def deploy(config, say):
+        done = report(300, 297, 3, 90.0)
+        done.final_mode, done.estop_cause = final_mode, "stale_command" if final_mode == "estop" else None
+        verdict = Verdict(f"VERDICT: {'reached' if reached else 'not reached'}: ...", reached)
+        loop = LoopConfig(rate_hz=25.0, policy_rate_hz=25.0)
+        return Deployment("franka", done, {}, verdict, overrun_assessment(done, "franka"), loop)
+
+    return deploy
+
+
+@pytest.mark.parametrize(
+    ("final_mode", "reached", "expect_reach", "status"),
+    [
+        ("normal", False, False, 0),
+        ("normal", True, True, 0),
+        ("normal", False, True, NOT_REACHED_EXIT),
+        ("estop", False, True, ESTOP_EXIT),  # the e-stop is the cause: its status wins
+    ],
+)
+def test_the_exit_status_follows_the_verdict_only_with_expect_reach(
+    monkeypatch, capsys, final_mode, reached, expect_reach, status
+):
+    from policyforge.real_robot import launch
+
+    monkeypatch.setattr(launch, "deploy", finished(final_mode, reached))
+    flags = ["--expect-reach"] if expect_reach else []
+    assert main(["deploy", str(ARM_POLICY), *flags]) == status
+    printed = capsys.readouterr().out
+    assert f"VERDICT: {'reached' if reached else 'not reached'}" in printed
+    assert "overruns: harmless for the franka: under 20% skipped and gaps under 200 ms" in printed
