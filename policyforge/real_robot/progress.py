@@ -1,9 +1,10 @@
-"""What `policyforge deploy` tells its user while the policy runs and when it ends: a line when the robot starts
-moving to its ready pose and when the policy takes over, a heartbeat every `HEARTBEAT_S` (elapsed time, the
-achieved command rate, the distance to the goal or the tracked velocity, the interventions so far), whether the
-overruns matter (`OVERRUN_LIMITS`), and the verdict: an arm reached its goal or not, a quadruped's velocity
-tracking error. `DeployWatch` gathers it from the control loop's `on_tick` (cheap, on the loop's thread) and
-speaks from a thread of its own, so that printing never delays a tick.
+"""What `policyforge deploy` tells its user: before anything connects, what runs on which robot towards what
+(`announce`); while the policy runs, a line when the robot starts moving to its ready pose and when the policy
+takes over, then a heartbeat every `HEARTBEAT_S` (elapsed time, achieved command rate, distance to the goal or
+tracked velocity, interventions so far); at the end, whether the overruns matter (`OVERRUN_LIMITS`) and the
+verdict: an arm reached its goal or not, a quadruped's velocity tracking error. `DeployWatch` gathers it from
+the control loop's `on_tick` (cheap, on the loop's thread) and speaks from a thread of its own, so that printing
+never delays a tick.
 """
 
 from __future__ import annotations
@@ -263,7 +264,13 @@ class DeployWatch:
     `ArmGoal` or `VelocityTracking`) and, while inside `watching(loop)`, a thread that says when the ready pose
     and the policy phase begin and a heartbeat line every `heartbeat_s` of the policy phase."""
 
-    def __init__(self, measure, config: LoopConfig, say: Callable[[str], None], heartbeat_s: float = HEARTBEAT_S):
+    def __init__(
+        self,
+        measure: ArmGoal | VelocityTracking,
+        config: LoopConfig,
+        say: Callable[[str], None],
+        heartbeat_s: float = HEARTBEAT_S,
+    ):
         self.measure, self.config, self.say, self.heartbeat_s = measure, config, say, heartbeat_s
         self.prepare_ticks = round(config.prepare_seconds * config.rate_hz)
         self.tick = -1
@@ -305,7 +312,8 @@ class DeployWatch:
             if not said_policy and not math.isnan(self.policy_started):
                 said_policy, next_beat, last = True, now + self.heartbeat_s, (self.sent, now)
                 self.measure.mark()
-                self.say(f"policy running for {self.config.seconds:g} s (a heartbeat every {self.heartbeat_s:g} s)")
+                length = "until stopped" if self.config.seconds is None else f"for {self.config.seconds:g} s"
+                self.say(f"policy running {length} (a heartbeat every {self.heartbeat_s:g} s)")
             if now >= next_beat:
                 next_beat += self.heartbeat_s
                 rate = (self.sent - last[0]) / max(now - last[1], 1e-9)

@@ -189,6 +189,7 @@ def safety_lines(printed: str, caplog) -> list[str]:
 # -- on franky-sim (one start-up each) --------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a franky-sim start-up (make test-fast leaves it out)
 def test_deploy_on_the_franka_peer_infers_the_robot_beats_and_gives_a_verdict(capsys, caplog):
     caplog.set_level(logging.WARNING, logger="policyforge.safety")
     code = main(["deploy", str(ARM_POLICY), "--peer", "sim", "--seconds", "3", "--goal", "0.45,0.2,0.3"])
@@ -212,6 +213,7 @@ def test_deploy_on_the_franka_peer_infers_the_robot_beats_and_gives_a_verdict(ca
     assert len(safety_lines(out, caplog)) <= kinds + len(beats), safety_lines(out, caplog)
 
 
+@pytest.mark.slow  # a franky-sim start-up (make test-fast leaves it out)
 def test_expect_reach_exits_non_zero_when_the_goal_is_out_of_reach_in_time(capsys):
     """60 cm from the ready pose's TCP (0.31, 0, 0.49) to a goal the policy reaches in simulation (inside its
     training range); in 0.5 s a Franka at half its dynamics limits (0.85 m/s at most) covers under 45 cm."""
