@@ -1,5 +1,6 @@
 """`policyforge deploy`: an exported policy on a robot (or on a simulated protocol peer), through the safety
-filter and the fixed-rate loop; the episode is recorded as a LeRobot dataset for later fine-tuning."""
+filter and the fixed-rate loop; the episode is recorded as a LeRobot dataset for later fine-tuning. (The export
+a source names is found, or made, by `deploy.resolve_policy`; what deploy says, by `progress`.)"""
 
 from __future__ import annotations
 
@@ -22,9 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from policyforge.config import ConfigError, check
-from policyforge.errors import UserError
-from policyforge.policies.export import export_run, run_checkpoint, saturated_share, saturation_warning, stale_reason
-from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter, read_description
+from policyforge.policies.export import saturated_share, saturation_warning
+from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter, resolve_policy
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.progress import DeployWatch, Overruns, Verdict, announce, measure_for, overrun_assessment
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
@@ -130,50 +130,6 @@ class DeployConfig:
                 name,
                 f"must be a {'network interface name (lo, eth0)' if name == 'interface' else 'host name or IP address'}"
                 f", got {value!r}",
-            )
-
-
-def resolve_policy(source: Path, say: Callable[[str], None] = print) -> Path:
-    """The exported policy file of `source`: the file itself, or a run's export/policy.onnx, exported again (in this
-    process, checked: `policies.export.export_run`) when it is missing or not the export of the run's current
-    checkpoint (`policies.export.stale_reason`). `say` is told which export runs, and why a run was exported
-    again."""
-    source = Path(source)
-    if source.is_file():
-        _describe_export(source, say)
-        return source
-    if not (source / "config.yaml").is_file():
-        raise FileNotFoundError(f"{source} is neither an exported policy (.onnx/.pt) nor a run directory")
-    exported, checkpoint = source / "export" / "policy.onnx", run_checkpoint(source)
-    if not checkpoint.is_file():
-        raise DeployError(f"{source} has no checkpoint ({checkpoint} is missing): was the run started?")
-    reason = stale_reason(exported, checkpoint, source) if exported.is_file() else "no export yet"
-    if reason is not None:
-        say(f"exporting {source} to {exported} ({reason})")
-        try:
-            export_run(source, "onnx", exported)
-        except (UserError, FileNotFoundError) as err:  # its message (a NaN policy, an unusable checkpoint) says why
-            raise DeployError(f"exporting {source} failed, nothing was deployed:\n{err}") from None
-        reason = stale_reason(exported, checkpoint, source)
-        if reason is not None:
-            raise DeployError(f"{exported} is still not the export of {checkpoint} after exporting it: {reason}")
-    _describe_export(exported, say)
-    return exported
-
-
-def _describe_export(path: Path, say: Callable[[str], None]) -> None:
-    """Say which export runs and what it was made from; warn when it is older than its run's checkpoint."""
-    spec = read_description(path)
-    source = spec.get("source") if isinstance(spec.get("source"), dict) else None
-    made_from = f"{source['checkpoint']}, sha256 {str(source['sha256'])[:12]}…" if source else "checkpoint unknown"
-    say(f"policy: {path} (exported from {made_from})")
-    run_dir = path.resolve().parent.parent
-    if (run_dir / "config.yaml").is_file() and run_checkpoint(run_dir).is_file():
-        reason = stale_reason(path, run_checkpoint(run_dir), run_dir)
-        if reason is not None:
-            say(
-                f"warning: {path} is not the export of {run_dir}'s current checkpoint: {reason}; "
-                f"deploy {run_dir} to export it again"
             )
 
 

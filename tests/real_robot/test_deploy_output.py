@@ -56,6 +56,13 @@ def test_expect_reach_on_a_quadruped_is_refused_before_anything_starts(capsys):
     assert "starting the simulated" not in printed and time.monotonic() - started < 30
 
 
+def test_a_run_that_is_not_there_says_which_command_makes_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["deploy", "runs/demo", "--peer", "sim"]) == 2
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "runs/demo does not exist: deploy a training run's directory (`policyforge demo` makes runs/demo" in printed
+
+
 def test_the_exit_statuses_are_distinct_and_in_the_help(capsys):
     assert NOT_REACHED_EXIT not in (0, 1, 2, ESTOP_EXIT)
     with pytest.raises(SystemExit):
