@@ -193,8 +193,9 @@ class PolicyWorker:
 class PolicySteps:
     """The loop's observation → policy → action step: refuses non-finite observations before the policy runs,
     runs the policy in a `PolicyWorker` within `budget` s, and passes its action through the safety filter's
-    action check. When no action comes, the reason is counted (`counts`), logged (at most once a second per
-    reason) and kept as the current cause, which names the e-stop if one latches (`note`)."""
+    action check. When no action comes, the reason is counted (`counts`; the loop's report and deploy's heartbeat
+    show them), logged the first time (with the policy's traceback) and kept as the current cause, which names the
+    e-stop if one latches (`note`)."""
 
     def __init__(self, policy: Callable[[np.ndarray], np.ndarray], safety: SafetyFilter, budget: float):
         self.worker, self.safety, self.budget = PolicyWorker(policy), safety, budget
@@ -204,7 +205,6 @@ class PolicySteps:
         self.estop_cause: str | None = None
         self._since_accepted: dict[str, str] = {}
         """Why no action came since the last accepted one: the first message of each reason, in order."""
-        self._logged: dict[str, float] = {}
 
     def __call__(self, obs: np.ndarray) -> np.ndarray | None:
         """The policy's action [A] for observation [D], or None (counted and named) when there is none."""
@@ -246,11 +246,11 @@ class PolicySteps:
         self.counts[reason] += 1
         self.causes.setdefault(reason, message)
         self._since_accepted.setdefault(reason, message)
-        now = time.monotonic()
-        if now - self._logged.get(reason, -np.inf) >= 1.0:
-            self._logged[reason] = now
-            cause = error.__cause__ if error is not None and self.counts[reason] == 1 else None
-            log.error("no policy action (%s, %d so far): %s", reason, self.counts[reason], message, exc_info=cause)
+        if self.counts[reason] == 1:
+            cause = error.__cause__ if error is not None else None
+            log.error(
+                "no policy action (%s; further ones are counted, not logged): %s", reason, message, exc_info=cause
+            )
 
 
 class ControlLoop:
