@@ -56,9 +56,10 @@ OVERRUN_LIMITS = {
         0.1,
         20.0,
         "torque-level PD at 500 Hz under a 50 Hz policy: a skipped tick leaves the last PD target in the motors, and "
-        "the policy's targets change every 10th tick only, so under 10% skipped few of them are delayed (by 2 ms); "
+        "the policy's targets change every 10th tick only, so under 10% skipped at most a tenth of them land a tick "
+        "(2 ms) late; "
         "gaps under 20 ms (one policy period) deliver every target before the next, far from the 50 ms after which "
-        "the robot's watchdog drops to damping",
+        "the Go2 peer drops to damping (peers/go2_sim.py --command-timeout)",
     ),
 }
 """Per robot (`launch.ROBOTS`): the overrun share and command gap below which overruns are harmless."""
