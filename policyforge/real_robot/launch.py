@@ -42,7 +42,7 @@ robot's network card, as ROS 2 and libfranka set-ups do)."""
 PEER_START_S = 60.0
 """How long a simulated peer may take to start, s: the Go2 peer's first facts came after 3.7–4.0 s on a 2-core
 machine at load 3, close to the driver's 5 s connect timeout, which its start-up raced (deploy waits for them)."""
-PEERS = {"go2": "policyforge.real_robot.peers.go2_sim", "franka": "franky-sim", "ur": "peers.rtde_sim"}
+PEERS = {"go2": "peers/go2_sim.py", "franka": "franky-sim", "ur": "peers/rtde_sim.py"}
 """The simulated protocol peer of each robot (`simulated_peer`), by name."""
 DDS_DOMAINS = range(0, 233)
 """DDS domain ids that map to valid ports with the standard port mapping (0–232)."""
