@@ -10,13 +10,13 @@ policyforge config show RECIPE [key=value ...]        a recipe's resolved config
 policyforge envs                                      list the tasks
 policyforge tour [key=value ...]                      scripted controllers on every task, with videos
 policyforge collect TASK --episodes N [options]       scripted-expert demonstrations → LeRobot v3.0 dataset
-policyforge deploy RUN_DIR|POLICY --robot go2 [--peer sim]  run a policy on a robot through the safety filter
+policyforge deploy RUN_DIR|POLICY [--robot go2|franka] [--peer sim]  a policy on a robot through the safety filter
 policyforge play RUN_DIR [--episodes N] [--out FILE.mp4]  watch the policy: MuJoCo viewer, or a video headless
 policyforge data show DATASET [--episode K]         a dataset's summary and episodes (--video: film one)
 
 Exit status: 0 done; 2 a user error (the message names the flag, field or file); 3 `deploy` ended in an e-stop
-(its cause is printed); 130 Ctrl-C (training saves a checkpoint first and prints the resume command); 1 anything
-else (a traceback).
+(its cause is printed); 4 `deploy --expect-reach` did not reach its goal; 130 Ctrl-C (training saves a checkpoint
+first and prints the resume command); 1 anything else (a traceback).
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ from rich.table import Table
 from policyforge.algos.interrupt import INTERRUPT_EXIT
 from policyforge.config import ConfigError, commented, load
 from policyforge.errors import DISK_FULL, UserError
+from policyforge.real_robot import deploy_cli
+from policyforge.real_robot.deploy_cli import ESTOP_EXIT, NOT_REACHED_EXIT
+
+__all__ = ["ESTOP_EXIT", "NOT_REACHED_EXIT", "main"]
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 DEMO_RECIPE = "arm-reach-ppo.yaml"
@@ -244,99 +248,6 @@ def _collect(args: argparse.Namespace, console: Console) -> None:
     )
 
 
-ESTOP_EXIT = 3
-"""Exit status of a `deploy` that ended in an e-stop."""
-
-DEPLOY_FLAGS = {
-    "source": "source",
-    "robot": "--robot",
-    "peer": "--peer",
-    "seconds": "--seconds",
-    "velocity_command": "--command",
-    "goal": "--goal",
-    "arm_mode": "--mode",
-    "host": "--host",
-    "interface": "--interface",
-    "domain_id": "--domain-id",
-    "motion_mode_released": "--motion-mode-released",
-    "cpus": "--cpus",
-}
-"""DeployConfig's fields → the flags that set them, for error messages."""
-
-
-def _deploy(args: argparse.Namespace, console: Console) -> int:
-    from policyforge.real_robot.launch import DeployConfig, deploy
-
-    command = _three_numbers(args.command, "--command", "vx,vy,yaw_rate (m/s, m/s, rad/s), e.g. 0.5,0,0")
-    goal = _three_numbers(args.goal, "--goal", "x,y,z in the arm's base frame (m), e.g. 0.5,0,0.3")
-    try:
-        config = DeployConfig(
-            source=Path(args.source),
-            robot=args.robot,
-            peer=args.peer,
-            seconds=args.seconds,
-            velocity_command=command,
-            goal=goal,
-            arm_mode=args.mode,
-            host=args.host,
-            interface=args.interface,
-            domain_id=args.domain_id,
-            record=Path(args.record) if args.record else None,
-            motion_mode_released=args.motion_mode_released,
-            realtime=args.realtime,
-            cpus=_cpu_list(args.cpus),
-        )
-        report, facts = deploy(config, say=console.print)
-    except ConfigError as err:
-        raise ConfigError(DEPLOY_FLAGS.get(err.path, err.path), err.reason) from None
-    table = Table(title=f"deploy {args.source} on {args.robot}" + (f" ({args.peer} peer)" if args.peer else ""))
-    table.add_column("")
-    table.add_column("value")
-    jitter = report.jitter_ms
-    rows = {
-        "ticks / policy steps": f"{report.ticks} / {report.policy_steps}",
-        "jitter median / p99 / max": f"{jitter['median']:.2f} / {jitter['p99']:.2f} / {jitter['max']:.2f} ms",
-        "overruns": str(report.overruns),
-        "real-time options": ", ".join(report.realtime) or "none",
-        "safety interventions": ", ".join(f"{k} {v}" for k, v in sorted(report.interventions.items())) or "none",
-        "final mode": report.final_mode,
-    }
-    if report.estop_cause:
-        rows["e-stop cause"] = report.estop_cause
-    if "goal_distance" in facts:
-        rows["end effector / distance to goal"] = "({:.3f}, {:.3f}, {:.3f}) m".format(*facts["ee_pos"])
-        rows["end effector / distance to goal"] += f" / {facts['goal_distance'] * 100:.1f} cm"
-    if "displacement" in facts:
-        rows["peer: base moved (x, y)"] = "{:.2f}, {:.2f} m".format(*facts["displacement"])
-        rows["peer: unsafe commands"] = str(sum(facts["unsafe"].values()))
-    if config.record:
-        rows["recorded to"] = str(config.record)
-    for key, value in rows.items():
-        table.add_row(key, value)
-    console.print(table)
-    if report.final_mode == "estop":
-        console.print(f"[red]e-stop[/red]: {report.estop_cause} (exit status {ESTOP_EXIT})")
-        return ESTOP_EXIT
-    return 0
-
-
-def _cpu_list(text: str | None) -> tuple[int, ...] | None:
-    try:
-        return None if text is None else tuple(int(cpu) for cpu in text.split(","))
-    except ValueError:
-        raise ConfigError("--cpus", f"give CPU numbers separated by commas, e.g. 1 or 2,3; got {text!r}") from None
-
-
-def _three_numbers(text: str, flag: str, what: str) -> tuple[float, float, float]:
-    try:
-        numbers = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        numbers = ()
-    if len(numbers) != 3:
-        raise ConfigError(flag, f"give {what}; got {text!r}")
-    return numbers
-
-
 def _library(command: str) -> Callable[[argparse.Namespace, Console], int | None]:
     """A command whose code is in a library module ("module:function(args, console)"), imported when it runs."""
     module, function = command.split(":")
@@ -420,26 +331,7 @@ def _parser() -> argparse.ArgumentParser:
         "--policy", default=None, help="a training run directory whose policy demonstrates (e.g. a PPO expert)"
     )
     collecting.set_defaults(run=_collect)
-    deploying = commands.add_parser("deploy", help="run a trained policy on a robot (or its simulated peer), safely")
-    deploying.add_argument("source", help="a run directory (exported to ONNX if needed) or an exported policy file")
-    deploying.add_argument("--robot", default="go2", choices=["go2", "franka"], help="robot driver")
-    deploying.add_argument("--peer", default=None, choices=["sim"], help="drive the robot's simulated protocol peer")
-    deploying.add_argument("--seconds", type=float, default=10.0, help="how long the policy runs")
-    deploying.add_argument("--command", default="0.5,0,0", help="velocity command vx,vy,yaw_rate (legged robots)")
-    deploying.add_argument("--goal", default="0.5,0,0.3", help="arms: reach goal x,y,z in the base frame (m)")
-    deploying.add_argument("--mode", default="joint", choices=["joint", "cartesian"], help="arms: command space")
-    deploying.add_argument("--host", default="172.16.0.2", help="arms: the robot's IP address")
-    deploying.add_argument("--interface", default="lo", help="Go2: network interface of the robot link, e.g. eth0")
-    deploying.add_argument("--domain-id", type=int, default=None, help="DDS domain (default 0; random with a peer)")
-    deploying.add_argument("--record", default=None, help="append the episode to this LeRobot dataset directory")
-    deploying.add_argument(
-        "--motion-mode-released", action="store_true", help="hardware Go2: its sport mode has been released"
-    )
-    deploying.add_argument(
-        "--realtime", action="store_true", help="control loop under SCHED_FIFO, memory locked, GC frozen (root)"
-    )
-    deploying.add_argument("--cpus", default=None, help="CPUs to keep the control loop on, e.g. 1 or 2,3")
-    deploying.set_defaults(run=_deploy)
+    deploy_cli.add_parser(commands)
     playing = commands.add_parser("play", help="watch a run's policy: the MuJoCo viewer with a display, else a video")
     playing.add_argument("run_dir")
     playing.add_argument("--checkpoint", default=None, help="latest (default), best, N (step_N.pt) or a file")
@@ -459,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console()
     try:
-        return args.run(args, console) or 0  # a command's own exit status (deploy: ESTOP_EXIT)
+        return args.run(args, console) or 0  # a command's own exit status (deploy: e-stop, goal not reached)
     except KeyboardInterrupt as err:  # training's TrainingInterrupted says what it saved and how to resume
         console.print(str(err) or "interrupted (Ctrl-C)", markup=False, highlight=False, soft_wrap=True)
         return INTERRUPT_EXIT

@@ -27,7 +27,8 @@ from policyforge.real_robot.launch import DeployConfig, deploy
 def run_once(policy: Path, seconds: float, realtime: bool) -> dict:
     """One deployment on a fresh Go2 peer: the loop's figures and what the peer's audit counted."""
     config = DeployConfig(source=policy, robot="go2", peer="sim", seconds=seconds, realtime=realtime)
-    report, facts = deploy(config, say=lambda _: None)
+    done = deploy(config, say=lambda _: None)
+    report, facts = done.report, done.facts
     return {
         "load_1min": os.getloadavg()[0],
         "commands": int(facts.get("commands", 0)),

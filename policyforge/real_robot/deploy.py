@@ -1,17 +1,19 @@
-"""Deploying a trained policy: the exported file run one observation at a time, the task adapters that build
-observations and commands with the simulator's own code, and `deploy()` behind `policyforge deploy`."""
+"""Deploying a trained policy: the export a run or file names (`resolve_policy`, exported again when stale), run
+one observation at a time, and the task adapters that build observations and commands with the simulator's own
+code; `launch.deploy()` puts them on a robot behind `policyforge deploy`."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import mujoco
 import numpy as np
 
 from policyforge.errors import UserError
-from policyforge.policies.export import file_sha256, load_exported
+from policyforge.policies.export import export_run, file_sha256, load_exported, run_checkpoint, stale_reason
 from policyforge.policies.export_description import DescriptionError, description_file, load_description
 from policyforge.real_robot.robot import Command, RobotState
 from policyforge.sims.task import TaskState, asset_path
@@ -110,6 +112,54 @@ class ExportedPolicy:
         action = self.chunk[self.cursor]
         self.cursor += 1
         return action
+
+
+def resolve_policy(source: Path, say: Callable[[str], None] = print) -> Path:
+    """The exported policy file of `source`: the file itself, or a run's export/policy.onnx, exported again (in this
+    process, checked: `policies.export.export_run`) when it is missing or not the export of the run's current
+    checkpoint (`policies.export.stale_reason`). `say` is told which export runs, and why a run was exported
+    again."""
+    source = Path(source)
+    if source.is_file():
+        _describe_export(source, say)
+        return source
+    if not (source / "config.yaml").is_file():
+        what = "does not exist" if not source.exists() else "is neither an exported policy (.onnx/.pt) nor a run"
+        raise FileNotFoundError(
+            f"{source} {what}: deploy a training run's directory (`policyforge demo` makes runs/demo, `policyforge "
+            "train RECIPE` runs/<name>) or an exported .onnx/.pt file"
+        )
+    exported, checkpoint = source / "export" / "policy.onnx", run_checkpoint(source)
+    if not checkpoint.is_file():
+        raise DeployError(f"{source} has no checkpoint ({checkpoint} is missing): was the run started?")
+    reason = stale_reason(exported, checkpoint, source) if exported.is_file() else "no export yet"
+    if reason is not None:
+        say(f"exporting {source} to {exported} ({reason})")
+        try:
+            export_run(source, "onnx", exported)
+        except (UserError, FileNotFoundError) as err:  # its message (a NaN policy, an unusable checkpoint) says why
+            raise DeployError(f"exporting {source} failed, nothing was deployed:\n{err}") from None
+        reason = stale_reason(exported, checkpoint, source)
+        if reason is not None:
+            raise DeployError(f"{exported} is still not the export of {checkpoint} after exporting it: {reason}")
+    _describe_export(exported, say)
+    return exported
+
+
+def _describe_export(path: Path, say: Callable[[str], None]) -> None:
+    """Say which export runs and what it was made from; warn when it is older than its run's checkpoint."""
+    spec = read_description(path)
+    source = spec.get("source") if isinstance(spec.get("source"), dict) else None
+    made_from = f"{source['checkpoint']}, sha256 {str(source['sha256'])[:12]}…" if source else "checkpoint unknown"
+    say(f"policy: {path} (exported from {made_from})")
+    run_dir = path.resolve().parent.parent
+    if (run_dir / "config.yaml").is_file() and run_checkpoint(run_dir).is_file():
+        reason = stale_reason(path, run_checkpoint(run_dir), run_dir)
+        if reason is not None:
+            say(
+                f"warning: {path} is not the export of {run_dir}'s current checkpoint: {reason}; "
+                f"deploy {run_dir} to export it again"
+            )
 
 
 def read_description(path: Path) -> dict:

@@ -1,5 +1,6 @@
 """`policyforge deploy`: an exported policy on a robot (or on a simulated protocol peer), through the safety
-filter and the fixed-rate loop; the episode is recorded as a LeRobot dataset for later fine-tuning."""
+filter and the fixed-rate loop; the episode is recorded as a LeRobot dataset for later fine-tuning. (The export
+a source names is found, or made, by `deploy.resolve_policy`; what deploy says, by `progress`.)"""
 
 from __future__ import annotations
 
@@ -22,21 +23,27 @@ from pathlib import Path
 import numpy as np
 
 from policyforge.config import ConfigError, check
-from policyforge.errors import UserError
-from policyforge.policies.export import export_run, run_checkpoint, saturated_share, saturation_warning, stale_reason
-from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter, read_description
+from policyforge.policies.export import saturated_share, saturation_warning
+from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter, resolve_policy
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
+from policyforge.real_robot.progress import DeployWatch, Overruns, Verdict, announce, measure_for, overrun_assessment
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 
 ROBOTS = {"go2": "quadruped-walk", "franka": "arm-reach"}
+"""Robots `deploy` drives → the task their policies are trained on."""
+ROBOT_FOR_FAMILY = {"arm": "franka", "quadruped": "go2"}
+"""The robot a task family's policies deploy to when no robot is named (`infer_robot`): arm tasks to the Franka,
+the arm of the README's deploy journey (`deploy runs/demo`; the UR and Feetech drivers are not deploy targets
+yet), quadruped tasks to the Go2."""
 REALTIME_PRIORITY = 80
 """SCHED_FIFO priority of `deploy --realtime`'s control loop: above ordinary real-time services, below the
 kernel's own threads (99) and, on a PREEMPT_RT kernel, its interrupt threads (50 by default: raise theirs for the
 robot's network card, as ROS 2 and libfranka set-ups do)."""
-"""Robots `deploy` drives → the task their policies are trained on."""
 PEER_START_S = 60.0
 """How long a simulated peer may take to start, s: the Go2 peer's first facts came after 3.7–4.0 s on a 2-core
 machine at load 3, close to the driver's 5 s connect timeout, which its start-up raced (deploy waits for them)."""
+PEERS = {"go2": "peers/go2_sim.py", "franka": "franky-sim", "ur": "peers/rtde_sim.py"}
+"""The simulated protocol peer of each robot (`simulated_peer`), by name."""
 DDS_DOMAINS = range(0, 233)
 """DDS domain ids that map to valid ports with the standard port mapping (0–232)."""
 
@@ -47,8 +54,8 @@ class DeployConfig:
 
     source: Path
     """A training run directory (its policy is exported to ONNX first if needed) or an exported .onnx/.pt file."""
-    robot: str = "go2"
-    """Which robot: one of ROBOTS."""
+    robot: str | None = None
+    """Which robot: one of ROBOTS; None: the one the policy's task deploys to (`infer_robot`)."""
     peer: str | None = None
     """"sim": start the robot's simulated protocol peer on the loopback and drive that."""
     seconds: float = 10.0
@@ -76,6 +83,8 @@ class DeployConfig:
     locked, garbage collector frozen. Needs root or CAP_SYS_NICE (else one warning, normal scheduling)."""
     cpus: tuple[int, ...] | None = None
     """CPUs the control loop and its policy thread are kept on, e.g. (1,) (None: wherever the kernel puts them)."""
+    expect_reach: bool = False
+    """Arms: the deployment is expected to reach its goal (`Deployment.verdict`; the CLI exits non-zero if not)."""
 
     def loop_config(self, rate_hz: float, policy_rate_hz: float) -> LoopConfig:
         """The control loop's settings for a robot ticking at `rate_hz` and a policy acting at `policy_rate_hz`."""
@@ -94,7 +103,7 @@ class DeployConfig:
             self.loop_config(1.0, 1.0)  # checks the CPUs before anything connects
         except ConfigError as err:
             raise ConfigError("cpus", err.reason) from None
-        check(self.robot in ROBOTS, "robot", f"unknown robot {self.robot!r}; drivers: {sorted(ROBOTS)}")
+        check(self.robot in (None, *ROBOTS), "robot", f"unknown robot {self.robot!r}; drivers: {sorted(ROBOTS)}")
         check(self.peer in (None, "sim"), "peer", f"unknown peer {self.peer!r}; use 'sim' or leave it out for hardware")
         check(
             isinstance(self.seconds, int | float) and math.isfinite(self.seconds) and self.seconds > 0,
@@ -121,50 +130,6 @@ class DeployConfig:
                 name,
                 f"must be a {'network interface name (lo, eth0)' if name == 'interface' else 'host name or IP address'}"
                 f", got {value!r}",
-            )
-
-
-def resolve_policy(source: Path, say: Callable[[str], None] = print) -> Path:
-    """The exported policy file of `source`: the file itself, or a run's export/policy.onnx, exported again (in this
-    process, checked: `policies.export.export_run`) when it is missing or not the export of the run's current
-    checkpoint (`policies.export.stale_reason`). `say` is told which export runs, and why a run was exported
-    again."""
-    source = Path(source)
-    if source.is_file():
-        _describe_export(source, say)
-        return source
-    if not (source / "config.yaml").is_file():
-        raise FileNotFoundError(f"{source} is neither an exported policy (.onnx/.pt) nor a run directory")
-    exported, checkpoint = source / "export" / "policy.onnx", run_checkpoint(source)
-    if not checkpoint.is_file():
-        raise DeployError(f"{source} has no checkpoint ({checkpoint} is missing): was the run started?")
-    reason = stale_reason(exported, checkpoint, source) if exported.is_file() else "no export yet"
-    if reason is not None:
-        say(f"exporting {source} to {exported} ({reason})")
-        try:
-            export_run(source, "onnx", exported)
-        except (UserError, FileNotFoundError) as err:  # its message (a NaN policy, an unusable checkpoint) says why
-            raise DeployError(f"exporting {source} failed, nothing was deployed:\n{err}") from None
-        reason = stale_reason(exported, checkpoint, source)
-        if reason is not None:
-            raise DeployError(f"{exported} is still not the export of {checkpoint} after exporting it: {reason}")
-    _describe_export(exported, say)
-    return exported
-
-
-def _describe_export(path: Path, say: Callable[[str], None]) -> None:
-    """Say which export runs and what it was made from; warn when it is older than its run's checkpoint."""
-    spec = read_description(path)
-    source = spec.get("source") if isinstance(spec.get("source"), dict) else None
-    made_from = f"{source['checkpoint']}, sha256 {str(source['sha256'])[:12]}…" if source else "checkpoint unknown"
-    say(f"policy: {path} (exported from {made_from})")
-    run_dir = path.resolve().parent.parent
-    if (run_dir / "config.yaml").is_file() and run_checkpoint(run_dir).is_file():
-        reason = stale_reason(path, run_checkpoint(run_dir), run_dir)
-        if reason is not None:
-            say(
-                f"warning: {path} is not the export of {run_dir}'s current checkpoint: {reason}; "
-                f"deploy {run_dir} to export it again"
             )
 
 
@@ -224,31 +189,83 @@ def free_domain_id() -> int:
     return random.SystemRandom().randint(100, 230)
 
 
-def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> tuple[LoopReport, dict]:
-    """Run the deployment; returns the loop's report and facts: a Go2 peer's final facts, an arm's final
-    end-effector position and its distance to the goal. Everything that can be checked without the robot (the
-    export, its sizes against the robot's adapter, the command or goal) is checked before connecting. `say`
-    is told which export runs."""
+@dataclasses.dataclass
+class Deployment:
+    """What a deployment did."""
+
+    robot: str
+    """The robot driven (named, or inferred from the policy's task)."""
+    report: LoopReport
+    """The control loop's report."""
+    facts: dict
+    """A Go2 peer's final facts; an arm's final end-effector position `ee_pos` and `goal_distance` (m)."""
+    verdict: Verdict
+    """Arms: reached or not (final and closest distance, tolerance); quadrupeds: the velocity tracking error."""
+    overruns: Overruns
+    """The overruns, judged for this robot: `progress.overrun_assessment`."""
+    loop: LoopConfig
+    """The control loop's settings (rates, phases)."""
+
+
+def infer_robot(task: str | None) -> str:
+    """The robot that runs policies of `task` when none is named: the robot of that task (`ROBOTS`), else of its
+    family (`ROBOT_FOR_FAMILY`: `arm-*`, `quadruped-*`); ConfigError naming the choices for any other task."""
+    exact = [robot for robot, robot_task in ROBOTS.items() if robot_task == task]
+    robot = exact[0] if len(exact) == 1 else ROBOT_FOR_FAMILY.get(str(task).split("-")[0])
+    if robot is None:
+        raise ConfigError(
+            "robot",
+            f"cannot tell which robot runs a policy of task {task!r}: the robots are {sorted(ROBOTS)} "
+            f"({', '.join(f'{robot}: {family}-* tasks' for family, robot in ROBOT_FOR_FAMILY.items())}); name one",
+        )
+    return robot
+
+
+def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployment:
+    """Run the deployment. Everything that can be checked without the robot (the export, the robot for its
+    task, its sizes against the robot's adapter, the command or goal) is checked before connecting; `say` is
+    told which export runs, what will run where and towards what, each wait, a heartbeat while the policy runs
+    (`progress.DeployWatch`) and the verdict."""
     policy = ExportedPolicy(resolve_policy(config.source, say))
     task = policy.spec.get("task")
+    inferred = config.robot is None
+    config = dataclasses.replace(config, robot=config.robot or infer_robot(task))
     if task != ROBOTS[config.robot]:
-        raise ConfigError("robot", f"{config.robot} runs {ROBOTS[config.robot]} policies; this one is for {task!r}")
+        how = f" (inferred from the task {task!r}: no robot runs it yet)" if inferred else ""
+        raise ConfigError(
+            "robot", f"{config.robot} runs {ROBOTS[config.robot]} policies{how}; this one is for {task!r}"
+        )
+    check(
+        not config.expect_reach or config.robot != "go2",
+        "expect_reach",
+        f"arms only: the go2 (for the task {task!r}) has no goal; its verdict is the velocity tracking error",
+    )
     policy_rate = 1.0 / float(policy.spec["control_dt"])
     domain = config.domain_id if config.domain_id is not None else (free_domain_id() if config.peer else 0)
     robot, adapter, safety_config, rate = _robot_and_adapter(config, policy, domain, policy_rate)
     _check_before_connecting(config, policy, adapter, robot.spec)
+    loop_config = config.loop_config(rate, policy_rate)
+    announce(config, policy.spec.get("task"), adapter, inferred, loop_config, say)
     with contextlib.ExitStack() as stack:
         facts_path = None
         if config.peer == "sim":
+            say(f"starting the simulated {config.robot} ({PEERS[config.robot]})")
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="policyforge-peer-")))
             facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
             if config.robot == "go2":
+                say(f"waiting for the peer's first state (up to {PEER_START_S:.0f} s)")
                 _wait_for_facts(facts_path)
+        where = "127.0.0.1" if config.peer else config.host if config.robot != "go2" else config.interface
+        say(f"connecting to the {config.robot} at {where}")
         # a simulated peer may start far slower than a robot answers (franky-sim: 2 s idle, tens loaded)
         robot.connect(timeout=PEER_START_S) if config.peer else robot.connect()
+        read = (lambda: read_facts(facts_path)) if facts_path is not None and config.robot == "go2" else None
+        watch = DeployWatch(measure_for(config, adapter, read), loop_config, say)
         try:
             safety = SafetyFilter(robot.spec, safety_config, getattr(adapter, "forward_kinematics", None))
-            report = ControlLoop(robot, safety, policy, adapter, config.loop_config(rate, policy_rate)).run()
+            loop = ControlLoop(robot, safety, policy, adapter, loop_config, watch.on_tick)
+            with watch.watching(loop):
+                report = loop.run()
             final = robot.observe()
         finally:
             robot.disconnect()
@@ -266,7 +283,8 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> tuple[Lo
         if facts_path is not None and config.robot == "go2":
             time.sleep(0.2)  # the peer writes its facts ten times a second
             facts = read_facts(facts_path)
-    return report, facts
+        verdict = watch.measure.verdict(final)
+    return Deployment(config.robot, report, facts, verdict, overrun_assessment(report, config.robot), loop_config)
 
 
 def _wait_for_facts(facts_path: Path, timeout: float = PEER_START_S) -> None:

@@ -123,6 +123,12 @@ class LoopReport:
     """The first message of each reason the loop gave no action for (see `interventions`)."""
     realtime: tuple[str, ...] = ()
     """The real-time options in force during the loop (see `LoopConfig`; any refused are logged)."""
+    commands_sent: int = 0
+    """Commands sent to the robot, one per tick that ran (`ticks` counts the skipped deadlines too)."""
+    wall_s: float = 0.0
+    """How long the loop ran (preparation included), s."""
+    longest_gap_ms: float = 0.0
+    """The longest time between two commands sent (ms): what a robot's command watchdog sees of overruns."""
 
 
 class PolicyError(RuntimeError):
@@ -187,8 +193,9 @@ class PolicyWorker:
 class PolicySteps:
     """The loop's observation → policy → action step: refuses non-finite observations before the policy runs,
     runs the policy in a `PolicyWorker` within `budget` s, and passes its action through the safety filter's
-    action check. When no action comes, the reason is counted (`counts`), logged (at most once a second per
-    reason) and kept as the current cause, which names the e-stop if one latches (`note`)."""
+    action check. When no action comes, the reason is counted (`counts`; the loop's report and deploy's heartbeat
+    show them), logged the first time (with the policy's traceback) and kept as the current cause, which names the
+    e-stop if one latches (`note`)."""
 
     def __init__(self, policy: Callable[[np.ndarray], np.ndarray], safety: SafetyFilter, budget: float):
         self.worker, self.safety, self.budget = PolicyWorker(policy), safety, budget
@@ -198,7 +205,6 @@ class PolicySteps:
         self.estop_cause: str | None = None
         self._since_accepted: dict[str, str] = {}
         """Why no action came since the last accepted one: the first message of each reason, in order."""
-        self._logged: dict[str, float] = {}
 
     def __call__(self, obs: np.ndarray) -> np.ndarray | None:
         """The policy's action [A] for observation [D], or None (counted and named) when there is none."""
@@ -240,11 +246,11 @@ class PolicySteps:
         self.counts[reason] += 1
         self.causes.setdefault(reason, message)
         self._since_accepted.setdefault(reason, message)
-        now = time.monotonic()
-        if now - self._logged.get(reason, -np.inf) >= 1.0:
-            self._logged[reason] = now
-            cause = error.__cause__ if error is not None and self.counts[reason] == 1 else None
-            log.error("no policy action (%s, %d so far): %s", reason, self.counts[reason], message, exc_info=cause)
+        if self.counts[reason] == 1:
+            cause = error.__cause__ if error is not None else None
+            log.error(
+                "no policy action (%s; further ones are counted, not logged): %s", reason, message, exc_info=cause
+            )
 
 
 class ControlLoop:
@@ -281,7 +287,7 @@ class ControlLoop:
         prepare_ticks = round(config.prepare_seconds * config.rate_hz)
         total = None if config.seconds is None else prepare_ticks + round(config.seconds * config.rate_hz)
         self._steps = steps = PolicySteps(self.policy, self.safety, config.policy_budget * period * decimation)
-        lateness, observations, actions = [], [], []
+        lateness, observations, actions, sent_at = [], [], [], []
         last_action = np.zeros(self.adapter.action_dim)
         ramp_from = self.robot.observe().joint_pos.copy()
         tick = overruns = 0
@@ -314,6 +320,7 @@ class ControlLoop:
                     filtered = self.safety(command, state, time.monotonic())
                     steps.note(filtered)
                     self.safety.sent(self.robot.send(filtered.command))
+                    sent_at.append(time.monotonic())
                     if self.on_tick is not None:
                         self.on_tick(tick, state, filtered)
                     tick += 1
@@ -322,7 +329,7 @@ class ControlLoop:
                 raise
             finally:
                 steps.close()
-                self.report = self._report(tick, lateness, overruns, observations, actions)
+                self.report = self._report(tick, lateness, overruns, observations, actions, sent_at, start)
         return self.report
 
     def _realtime(self, worker: PolicyWorker) -> contextlib.AbstractContextManager[list[str]]:
@@ -340,10 +347,18 @@ class ControlLoop:
             self.safety.trigger_estop(reason, now)
             self.robot.send(self.safety(None, self.robot.observe(), now).command)
 
+    def interventions(self) -> dict[str, int]:
+        """The interventions so far, by reason (`LoopReport.interventions`); may be read from another thread
+        (one that adds a reason while this copies the counters makes it try again)."""
+        while True:
+            with contextlib.suppress(RuntimeError):
+                return dict(self.safety.counts + (self._steps.counts if self._steps else collections.Counter()))
+
     def _report(
-        self, ticks: int, lateness: list[float], overruns: int, observations: list, actions: list
+        self, ticks: int, lateness: list, overruns: int, observations: list, actions: list, sent_at: list, start: float
     ) -> LoopReport:
         late_ms = np.asarray(lateness) * 1e3 if lateness else np.zeros(1)
+        gaps_ms = np.diff(sent_at) * 1e3 if len(sent_at) > 1 else np.zeros(1)
         return LoopReport(
             ticks=ticks,
             policy_steps=len(actions),
@@ -353,7 +368,10 @@ class ControlLoop:
                 "max": float(late_ms.max()),
             },
             overruns=overruns,
-            interventions=dict(self.safety.counts + self._steps.counts),
+            commands_sent=len(sent_at),
+            wall_s=time.monotonic() - start,
+            longest_gap_ms=float(gaps_ms.max()),
+            interventions=self.interventions(),
             final_mode="estop" if self.safety.estopped else "normal",
             observations=np.asarray(observations, dtype=np.float32),
             actions=np.asarray(actions, dtype=np.float32),

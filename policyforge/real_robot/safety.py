@@ -14,7 +14,10 @@ the robot) and the latest robot state, and returns the command to send:
   (hold or damp); recovery is automatic while the fault lasts less than `estop_after` s;
 - a fault that lasts `estop_after` s, or `trigger_estop()`, latches an e-stop: the safe mode until `reset()`.
 
-Each intervention is counted by reason (`counts`) and logged when it starts.
+Each intervention is counted by reason (`counts`); the first of each reason is logged (a warning naming it),
+later ones only counted: a filter clamping steps every few ticks would otherwise print a line a tick. The
+counts are what a caller reports (the control loop's `LoopReport.interventions`, deploy's heartbeat and
+summary).
 """
 
 from __future__ import annotations
@@ -121,7 +124,8 @@ class SafetyFilter:
         self._fault_since: float | None = None
         self._estop_reason: str | None = None
         self._active: set[str] = set()
-        self._logged: dict[str, tuple[float, int]] = {}
+        self._logged: set[str] = set()
+        """The reasons logged so far (each once: `_note`)."""
         self._last_action: np.ndarray | None = None
         self._action_changes: collections.deque[float] = collections.deque(maxlen=self.config.oscillation_window)
         self._speeds: collections.deque[tuple[float, np.ndarray]] = collections.deque()
@@ -316,14 +320,13 @@ class SafetyFilter:
         return Filtered(self._safe.copy(), "estop" if self.estopped else "safe", tuple(sorted(reasons)))
 
     def _note(self, reasons: set[str], now: float) -> None:
-        """Count this tick's interventions; record the ones that just started and log them (each reason at
-        most once a second, with the count since its last log line)."""
+        """Count this tick's interventions; record the ones that just started; log the first of each reason
+        (later ones are counted only: module docstring)."""
         for reason in reasons:
             self.counts[reason] += 1
         for reason in reasons - self._active - {"estop"}:  # trigger_estop records its own event
             self.events.append((now, reason))
-            if now - self._logged.get(reason, (-np.inf, 0))[0] >= 1.0:
-                since = self.counts[reason] - self._logged.get(reason, (0, 0))[1]
-                log.warning("safety: %s (%d tick(s) since the last report)", reason, since)
-                self._logged[reason] = (now, self.counts[reason])
+            if reason not in self._logged:
+                self._logged.add(reason)
+                log.warning("safety: %s (first time; further ones are counted, not logged)", reason)
         self._active = set(reasons)

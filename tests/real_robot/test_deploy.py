@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -32,8 +33,14 @@ from tests.real_robot.conftest import ASSETS, GO2_POLICY
 def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys):
     out = tmp_path / "episodes"
     code = main(["deploy", str(GO2_POLICY), "--robot", "go2", "--peer", "sim", "--seconds", "3", "--record", str(out)])
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "final mode" in printed
+    assert "command: vx 0.5 m/s, vy 0 m/s, yaw rate 0 rad/s" in printed.split("connecting to the go2")[0]
+    # the verdict's velocity (base position over the peer's clock) agrees with how far the peer says it moved
+    verdict = re.search(r"VERDICT: tracked ([-\d.]+), ([-\d.]+) m/s, ([-\d.]+) rad/s against the command", printed)
+    moved = re.search(r"base moved \(x, y\) │ ([-\d.]+), ([-\d.]+) m", printed)
+    assert verdict and moved, printed
+    assert abs(float(verdict[1]) * 3 - float(moved[1])) < 0.3, (verdict[0], moved[0])
     from policyforge.data.dataset import Demonstrations
 
     episodes = Demonstrations(out)
@@ -57,7 +64,8 @@ def test_deploy_reaches_with_the_franka_peer(peers_on_their_own_computer):
         source=ASSETS / "arm-reach-policy.onnx", robot="franka", peer="sim", seconds=4.0, realtime=True
     )
     scheduling = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.sched_getaffinity(0))
-    report, facts = deploy(config)
+    done = deploy(config)
+    report, facts = done.report, done.facts
     # libfranka's synchronous stop on disconnect raised this thread to SCHED_FIFO 99 and left it there
     assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.sched_getaffinity(0)) == scheduling
     # reaching is asserted in test_franka.py; where the arm ends is not: after reaching, some joint-mode runs

@@ -1,0 +1,167 @@
+"""`policyforge deploy` on the command line: its flags (`add_parser`), their translation into a `DeployConfig`
+(errors name the flag), and its summary and exit status (`run`). The deployment itself is `launch.deploy`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from policyforge.config import ConfigError
+
+ESTOP_EXIT = 3
+"""Exit status of a `deploy` that ended in an e-stop."""
+NOT_REACHED_EXIT = 4
+"""Exit status of a `deploy --expect-reach` whose arm did not end within its task's success distance of the goal
+(an e-stop's 3 takes precedence: it is the cause)."""
+
+DEPLOY_FLAGS = {
+    "source": "source",
+    "robot": "--robot",
+    "peer": "--peer",
+    "seconds": "--seconds",
+    "velocity_command": "--command",
+    "goal": "--goal",
+    "arm_mode": "--mode",
+    "host": "--host",
+    "interface": "--interface",
+    "domain_id": "--domain-id",
+    "motion_mode_released": "--motion-mode-released",
+    "cpus": "--cpus",
+    "expect_reach": "--expect-reach",
+}
+"""DeployConfig's fields → the flags that set them, for error messages."""
+ROBOT_CHOICES = ["franka", "go2"]
+"""`launch.ROBOTS`, spelled out: the parser is built for every command, and `launch` imports MuJoCo and the
+drivers (tests/real_robot/test_deploy_output.py checks that the two agree)."""
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """The `deploy` sub-command and its flags."""
+    deploying = commands.add_parser(
+        "deploy",
+        help="run a trained policy on a robot (or its simulated peer), safely",
+        description="Run a trained policy on a robot (or its simulated peer) through the safety filter. It says "
+        "what runs where and towards what before connecting, a heartbeat while the policy runs, and a summary "
+        "ending in a VERDICT line.",
+        epilog=f"exit status: 0 done (without --expect-reach, whatever the verdict); 2 a bad flag or file; "
+        f"{ESTOP_EXIT} the run ended in an e-stop (its cause is printed); {NOT_REACHED_EXIT} with --expect-reach, "
+        "the arm did not end within its task's success distance of the goal",
+    )
+    deploying.add_argument("source", help="a run directory (exported to ONNX if needed) or an exported policy file")
+    deploying.add_argument(
+        "--robot",
+        default=None,
+        choices=ROBOT_CHOICES,
+        help="robot driver (default: the one the policy's task runs on: arm tasks → franka, quadruped → go2)",
+    )
+    deploying.add_argument("--peer", default=None, choices=["sim"], help="drive the robot's simulated protocol peer")
+    deploying.add_argument("--seconds", type=float, default=10.0, help="how long the policy runs")
+    deploying.add_argument("--command", default="0.5,0,0", help="velocity command vx,vy,yaw_rate (legged robots)")
+    deploying.add_argument("--goal", default="0.5,0,0.3", help="arms: reach goal x,y,z in the base frame (m)")
+    deploying.add_argument("--mode", default="joint", choices=["joint", "cartesian"], help="arms: command space")
+    deploying.add_argument("--host", default="172.16.0.2", help="arms: the robot's IP address")
+    deploying.add_argument("--interface", default="lo", help="Go2: network interface of the robot link, e.g. eth0")
+    deploying.add_argument("--domain-id", type=int, default=None, help="DDS domain (default 0; random with a peer)")
+    deploying.add_argument("--record", default=None, help="append the episode to this LeRobot dataset directory")
+    deploying.add_argument(
+        "--motion-mode-released", action="store_true", help="hardware Go2: its sport mode has been released"
+    )
+    deploying.add_argument(
+        "--realtime", action="store_true", help="control loop under SCHED_FIFO, memory locked, GC frozen (root)"
+    )
+    deploying.add_argument("--cpus", default=None, help="CPUs to keep the control loop on, e.g. 1 or 2,3")
+    deploying.add_argument(
+        "--expect-reach",
+        action="store_true",
+        help=f"arms: exit {NOT_REACHED_EXIT} unless the end effector ends within the task's success distance of "
+        "the goal (for scripts and CI)",
+    )
+    deploying.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    """Deploy as `args` say; print the summary and the verdict; the exit status (module constants)."""
+    from policyforge.real_robot.launch import DeployConfig, deploy
+
+    command = _three_numbers(args.command, "--command", "vx,vy,yaw_rate (m/s, m/s, rad/s), e.g. 0.5,0,0")
+    goal = _three_numbers(args.goal, "--goal", "x,y,z in the arm's base frame (m), e.g. 0.5,0,0.3")
+    try:
+        config = DeployConfig(
+            source=Path(args.source),
+            robot=args.robot,
+            peer=args.peer,
+            seconds=args.seconds,
+            velocity_command=command,
+            goal=goal,
+            arm_mode=args.mode,
+            host=args.host,
+            interface=args.interface,
+            domain_id=args.domain_id,
+            record=Path(args.record) if args.record else None,
+            motion_mode_released=args.motion_mode_released,
+            realtime=args.realtime,
+            cpus=_cpu_list(args.cpus),
+            expect_reach=args.expect_reach,
+        )
+        done = deploy(config, say=lambda text: console.print(text, markup=False, soft_wrap=True))
+    except ConfigError as err:
+        raise ConfigError(DEPLOY_FLAGS.get(err.path, err.path), err.reason) from None
+    report, facts = done.report, done.facts
+    table = Table(title=f"deploy {args.source} on {done.robot}" + (f" ({args.peer} peer)" if args.peer else ""))
+    table.add_column("", no_wrap=True)  # keys whole (scripts look rows up by them); values wrap
+    table.add_column("value")
+    jitter, loop = report.jitter_ms, done.loop
+    rate = report.commands_sent / report.wall_s if report.wall_s > 0 else 0.0
+    rows = {
+        "duration": f"{report.wall_s:.1f} s ({loop.prepare_seconds:g} s to the ready pose, {loop.seconds:g} s policy)",
+        "commands sent": f"{report.commands_sent:,}",
+        "achieved rate": f"{rate:.1f} Hz (target {loop.rate_hz:g} Hz)",
+        "ticks / policy steps": f"{report.ticks} / {report.policy_steps}",
+        "jitter median / p99 / max": f"{jitter['median']:.2f} / {jitter['p99']:.2f} / {jitter['max']:.2f} ms",
+        "overruns": f"{done.overruns.counts}: {'harmless' if done.overruns.harmless else 'too many'}",
+        "real-time options": ", ".join(report.realtime) or "none",
+        "safety interventions": ", ".join(f"{k} {v:,}" for k, v in sorted(report.interventions.items())) or "none",
+        "final mode": report.final_mode,
+    }
+    if report.estop_cause:
+        rows["e-stop cause"] = report.estop_cause
+    if "goal_distance" in facts:
+        rows["end effector / distance to goal"] = "({:.3f}, {:.3f}, {:.3f}) m".format(*facts["ee_pos"])
+        rows["end effector / distance to goal"] += f" / {facts['goal_distance'] * 100:.1f} cm"
+    if "displacement" in facts:
+        rows["peer: base moved (x, y)"] = "{:.2f}, {:.2f} m".format(*facts["displacement"])
+        rows["peer: unsafe commands"] = str(sum(facts["unsafe"].values()))
+    if config.record:
+        rows["recorded to"] = str(config.record)
+    for key, value in rows.items():
+        table.add_row(key, value)
+    console.print(table)
+    console.print(f"overruns: {done.overruns.judgement}", markup=False, soft_wrap=True)
+    console.print(done.verdict.line, markup=False, soft_wrap=True, style="bold")
+    if report.final_mode == "estop":
+        console.print(f"[red]e-stop[/red]: {report.estop_cause} (exit status {ESTOP_EXIT})")
+        return ESTOP_EXIT
+    if config.expect_reach and not done.verdict.reached:
+        console.print(f"--expect-reach: the goal was not reached (exit status {NOT_REACHED_EXIT})")
+        return NOT_REACHED_EXIT
+    return 0
+
+
+def _cpu_list(text: str | None) -> tuple[int, ...] | None:
+    try:
+        return None if text is None else tuple(int(cpu) for cpu in text.split(","))
+    except ValueError:
+        raise ConfigError("--cpus", f"give CPU numbers separated by commas, e.g. 1 or 2,3; got {text!r}") from None
+
+
+def _three_numbers(text: str, flag: str, what: str) -> tuple[float, float, float]:
+    try:
+        numbers = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        numbers = ()
+    if len(numbers) != 3:
+        raise ConfigError(flag, f"give {what}; got {text!r}")
+    return numbers
