@@ -2,8 +2,9 @@
 the code of an earlier commit (`--before`, checked out into a temporary git worktree) and by this checkout, in
 alternating rounds, each in its own process on one torch thread.
 
-For each case the table gives the median PPO (or BC) throughput of both, their ratio (after / before), and whether
-the trained policies are bit-identical (sha256 of every tensor of the final policy) with the same final metrics.
+For each case the table gives the median PPO (or BC) throughput of both, their ratio (after / before), whether the
+trained policies are bit-identical (sha256 of every tensor of the final policy), and which final metrics logged by
+both differ (a metric only one side logs is a new figure, not a changed result).
 
     python -m policyforge.bench.contract_parity --before db4587c [--rounds 3] [--iterations 6]
 
@@ -118,7 +119,8 @@ def main() -> None:
         finally:
             subprocess.run(["git", "-C", str(after), "worktree", "remove", "--force", str(before)], check=False)
     table = Table(title=f"before = {args.before}, after = this checkout; median steps/s of {args.rounds} rounds")
-    for column in ("case", "before steps/s", "after steps/s", "after / before", "same policy and metrics"):
+    columns = ("case", "before steps/s", "after steps/s", "after / before", "same policy", "final metrics that differ")
+    for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*row)
@@ -129,7 +131,7 @@ def compare(before: Path, after: Path, runs: Path, args: argparse.Namespace) -> 
     trees = {"before": before, "after": after}
     bases = {side: None for side in trees}
     rows = []
-    for case in args.cases:
+    for number, case in enumerate(args.cases):
         settings = sized(CASES[case], args.iterations)
         if settings.get("bc", {}).get("dataset") == "{dataset}":
             dataset = runs / "dataset"
@@ -157,13 +159,21 @@ def compare(before: Path, after: Path, runs: Path, args: argparse.Namespace) -> 
         for round_ in range(args.rounds):
             for side in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
                 filled = {**settings, "init_policy": bases[side]} if "init_policy" in settings else settings
-                results[side].append(run(trees[side], filled, runs / side, f"{case.split()[1]}-{round_}"))
+                results[side].append(run(trees[side], filled, runs / side, f"case{number}-{round_}"))
         sps = {side: statistics.median(r["sps"] for r in results[side]) for side in trees}
-        same = all(b["sha"] == a["sha"] and b["last"] == a["last"] for b, a in zip(*results.values(), strict=True))
+        pairs = list(zip(*results.values(), strict=True))
+        same_policy = all(b["sha"] == a["sha"] for b, a in pairs)
+        differing = sorted({key for b, a in pairs for key in _differing_metrics(b["last"], a["last"])})
         rows.append((case, f"{sps['before']:,.0f}", f"{sps['after']:,.0f}", f"{sps['after'] / sps['before']:.3f}",
-                     "yes" if same else "NO"))  # fmt: skip
-        print(json.dumps({"case": case, "sps": sps, "same": same}), flush=True)
+                     "yes" if same_policy else "NO", ", ".join(differing) or "none"))  # fmt: skip
+        print(json.dumps({"case": case, "sps": sps, "same_policy": same_policy, "differing": differing}), flush=True)
     return rows
+
+
+def _differing_metrics(before: dict, after: dict) -> list[str]:
+    """The final metrics both sides log whose values differ (a metric only one side logs is a new figure, not a
+    changed result)."""
+    return [key for key in before.keys() & after.keys() if before[key] != after[key]]
 
 
 if __name__ == "__main__":
