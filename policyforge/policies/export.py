@@ -19,13 +19,14 @@ sha256), so that a deployment can tell an export that is out of date (`stale_rea
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,23 +121,40 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
                 torch.jit.save(traced, str(tmp))
         elif fmt == "onnx":
             batch = torch.export.Dim("batch", min=1)
-            torch.onnx.export(
-                graph,
-                example,
-                str(tmp),
-                dynamo=True,
-                input_names=names,
-                output_names=["action"],
-                dynamic_shapes=tuple({0: batch} for _ in example),
-                external_data=False,  # one self-contained file (weights inside), whatever the temp file's name
-                verbose=False,
-            )
+            with _quiet_onnx_exporter():
+                torch.onnx.export(
+                    graph,
+                    example,
+                    str(tmp),
+                    dynamo=True,
+                    input_names=names,
+                    output_names=["action"],
+                    dynamic_shapes=tuple({0: batch} for _ in example),
+                    external_data=False,  # one self-contained file (weights inside), whatever the temp file's name
+                    verbose=False,
+                )
         else:
             raise ValueError(f"unknown export format {fmt!r}; use onnx or torchscript")
     spec = {**describe(policy, fmt, example_obs, metadata), "graph_sha256": file_sha256(path), **base}
     with atomic_path(description_path(path)) as tmp:
         tmp.write_text(json.dumps(spec, indent=2) + "\n")  # ASCII (\u escapes): read in any locale
     return path
+
+
+@contextlib.contextmanager
+def _quiet_onnx_exporter() -> Iterator[None]:
+    """torch's ONNX exporter without its notes to the user about torch's own internals ("torchvision is not
+    installed. Skipping torchvision::nms", a pytree FutureWarning): they concern no policy, and an export's result
+    is checked against `act` anyway. Its errors still raise and log."""
+    exporter_log = logging.getLogger("torch.onnx")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"(torch|copyreg)")
+            yield
+    finally:
+        exporter_log.setLevel(level)
 
 
 def load_exported(path: Path) -> Callable[..., np.ndarray]:

@@ -224,3 +224,18 @@ def test_the_description_alone_lets_an_onnxruntime_script_reproduce_act(tmp_path
     actions = np.load(tmp_path / "actions.npy")
     assert actions.shape == (14, 3) and np.abs(actions - np.stack(expected)).max() <= 1e-5
     assert np.abs(np.diff(actions, axis=0)).max() > 1e-3  # the actions follow the observations
+
+
+def test_an_onnx_export_prints_nothing_about_torch_internals(tmp_path):
+    """torch's exporter tells the user that torchvision is missing and warns about its own pytree API: noise to a
+    user exporting a policy. A fresh process, for the exporter says it once per process."""
+    script = (
+        "import sys; from tests.policies.test_policy_contract import gaussian; "
+        "from policyforge.policies.export import export; export(gaussian().eval(), sys.argv[1], 'onnx')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "policy.onnx")], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "policy.onnx").is_file()
+    assert "torchvision" not in done.stderr and "Warning" not in done.stderr, done.stderr
