@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
-from matplotlib.ticker import PercentFormatter
+from matplotlib.ticker import EngFormatter, PercentFormatter
 
 from policyforge.algos.logger import read_metrics
 from policyforge.io import atomic_path
@@ -67,6 +67,7 @@ def learning_curves_figure(records: list[dict[str, Any]], title: str) -> Figure:
                 evaluation = key.startswith("eval")
                 axis.plot(steps, values, marker="o" if evaluation else None, markersize=3, label=key, clip_on=False)
         axis.set_xlabel(STEP_KEYS[step_key])
+        axis.xaxis.set_major_formatter(EngFormatter(sep=""))  # 400k, 12M: full step counts run into each other
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
         if label == SUCCESS:

@@ -76,6 +76,9 @@ def test_a_dppo_plot_is_titled_dppo_with_a_fixed_percent_success_axis(monkeypatc
     assert success.yaxis.get_major_formatter()(1.0, 0) == "100%"
     evaluation = next(line for line in success.get_lines() if line.get_label() == "eval/success")
     assert list(evaluation.get_xdata()) == [0, 2000], "the initial policy's evaluation is the first point"
+    # step counts short enough not to run into each other (a 12M-step run printed 12000000 under every tick)
+    assert success.xaxis.get_major_formatter()(400_000, 0) == "400k"
+    assert success.xaxis.get_major_formatter()(12_000_000, 0) == "12M"
 
 
 def test_a_task_without_success_has_no_success_panel(monkeypatch, tmp_path):
