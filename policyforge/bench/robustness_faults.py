@@ -156,8 +156,8 @@ def _user_copy(ctx: Ctx) -> Verdict:
 
 BC = ["sim.task=arm-reach", "algo.gradient_steps=20", "algo.steps_per_iteration=10", "algo.warmup_steps=2",
       "algo.batch_size=8", "policy.denoiser.hidden=[32,32]", "policy.steps=2", "runner.eval_envs=1",
-      "runner.eval_every_steps=0", "runner.video=none", "runner.tensorboard=false", "out_dir=runs",
-      "name=bc"]  # fmt: skip
+      "runner.eval_every_steps=0", "runner.video=none", "runner.video_camera=null", "runner.tensorboard=false",
+      "out_dir=runs", "name=bc"]  # fmt: skip
 """A few gradient steps of flow BC on the arm-reach dataset fixture."""
 
 
