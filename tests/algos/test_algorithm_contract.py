@@ -16,6 +16,7 @@ from policyforge.algos.runner import RunConfig
 from policyforge.cli import main
 from policyforge.config import ConfigError, from_dict, load, to_dict
 from tests.algos import toy_algorithm
+from tests.algos.plugins import install_distribution
 
 SAC_POLICY = {"class": "gaussian", "squash": True}
 
@@ -169,14 +170,8 @@ register_algorithm("plugin-vpg", PluginPGConfig, AlgorithmEntry(construct))
 def test_an_algorithm_of_an_installed_package_is_found_by_its_entry_point(tmp_path, monkeypatch):
     """`[project.entry-points."policyforge.algorithms"] NAME = "module"`: `algo: {class: NAME}` loads it (a real
     distribution's metadata on sys.path)."""
-    (tmp_path / "pf_algo_plugin_demo.py").write_text(PLUGIN)
-    info = tmp_path / "pf_algo_plugin_demo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pf-algo-plugin-demo\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[policyforge.algorithms]\nplugin-vpg = pf_algo_plugin_demo\nplugin-broken = pf_algo_plugin_missing\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
+    entry_points = {"plugin-vpg": "pf_algo_plugin_demo", "plugin-broken": "pf_algo_plugin_missing"}
+    install_distribution(tmp_path, monkeypatch, "pf_algo_plugin_demo", PLUGIN, "policyforge.algorithms", entry_points)
     monkeypatch.setattr(AlgoConfig, "registry", dict(AlgoConfig.registry))  # leave the real one as it was
     assert "plugin-vpg" not in AlgoConfig.registry
     config = from_dict(RunConfig, {"algo": {"class": "plugin-vpg", "lr": 0.01}})

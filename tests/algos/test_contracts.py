@@ -25,6 +25,7 @@ from policyforge.config import ConfigError, from_dict
 from policyforge.policies.base import Policy, PolicyConfig
 from policyforge.policies.export import export, max_export_error
 from tests.algos import toy_policy
+from tests.algos.plugins import install_distribution
 
 PACKAGE = Path(policyforge.__file__).parent
 KNOWS_NO_POLICY_CLASS = ("algos", "real_robot")
@@ -201,14 +202,8 @@ class PluginLinearConfig(ToyLinearConfig):
 def test_a_policy_class_of_an_installed_package_is_found_by_its_entry_point(tmp_path, monkeypatch):
     """A package that declares `[project.entry-points."policyforge.policies"] NAME = "module"` needs no import by
     the user: the run config's `class: NAME` loads it (here a real distribution's metadata on sys.path)."""
-    (tmp_path / "pf_plugin_demo.py").write_text(PLUGIN)
-    info = tmp_path / "pf_plugin_demo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pf-plugin-demo\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[policyforge.policies]\nplugin-linear = pf_plugin_demo\nplugin-broken = pf_plugin_missing\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
+    entry_points = {"plugin-linear": "pf_plugin_demo", "plugin-broken": "pf_plugin_missing"}
+    install_distribution(tmp_path, monkeypatch, "pf_plugin_demo", PLUGIN, "policyforge.policies", entry_points)
     monkeypatch.setattr(PolicyConfig, "registry", dict(PolicyConfig.registry))  # leave the real one as it was
     assert "plugin-linear" not in PolicyConfig.registry
     config = from_dict(RunConfig, {"policy": {"class": "plugin-linear", "history": 3}})
