@@ -14,12 +14,6 @@ FLOW_CHAIN_NOISE = {"reinflow": "ReinFlow", "sde": "Flow-SDE"}
 """PPO on a flow policy, by how its chain is made stochastic (`policy.chain_noise`)."""
 
 
-def algorithm_tag(config: Any) -> str:
-    """The run's algorithm (`bc`, `ppo`, `sac`): `config.algo`, a name, or the tag of a tagged `algo:` section."""
-    algo = config.algo
-    return str(getattr(algo, "tag", algo))
-
-
 def policy_name(section: dict[str, Any]) -> str:
     """A policy section's class in words (`diffusion`, `flow`, `shortcut flow`, `gaussian`, `residual`...), from
     its settings as `config.to_dict` writes them."""
@@ -30,7 +24,7 @@ def policy_name(section: dict[str, Any]) -> str:
 def method_name(config: Any) -> str:
     """The method a `RunConfig` trains, e.g. "DPPO" (PPO on a diffusion policy), "ReinFlow", "Flow-SDE",
     "residual PPO (flow base)", "BC (diffusion)", "PPO", "SAC"; `ALGO (policy)` for other combinations."""
-    algo, policy = algorithm_tag(config), to_dict(config.policy)
+    algo, policy = config.algo.tag, to_dict(config.policy)
     tag = policy[TAG_KEY]
     if algo == "bc":
         return f"BC ({policy_name(policy)})"
