@@ -279,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluation.add_argument(
         "--checkpoint",
         default=None,
-        help="latest (default), best (the run's best evaluation), N (step_N.pt), or a file",
+        help="latest (default), best (the run's best evaluation), N (the checkpoint at N steps, as logged), or a file",
     )
     evaluation.add_argument(
         "--backend", choices=["mujoco", "mjx"], default=None, help="simulate on this backend (sim-to-sim check)"
@@ -291,7 +291,9 @@ def _parser() -> argparse.ArgumentParser:
     exporting.add_argument(
         "--out", default=None, help="output file (default: RUN_DIR/export/policy.onnx|.pt), described in FILE.json"
     )
-    exporting.add_argument("--checkpoint", default=None, help="latest (default), best, N (step_N.pt) or a file")
+    exporting.add_argument(
+        "--checkpoint", default=None, help="latest (default), best, N (the checkpoint at N steps, as logged) or a file"
+    )
     exporting.set_defaults(run=_export)
     bench = commands.add_parser("bench", help="run a benchmark of policyforge/bench/ (e.g. env-throughput)")
     bench.add_argument("name")
@@ -334,7 +336,9 @@ def _parser() -> argparse.ArgumentParser:
     deploy_cli.add_parser(commands)
     playing = commands.add_parser("play", help="watch a run's policy: the MuJoCo viewer with a display, else a video")
     playing.add_argument("run_dir")
-    playing.add_argument("--checkpoint", default=None, help="latest (default), best, N (step_N.pt) or a file")
+    playing.add_argument(
+        "--checkpoint", default=None, help="latest (default), best, N (the checkpoint at N steps, as logged) or a file"
+    )
     playing.add_argument("--episodes", type=int, default=3, help="episodes to play, one after another")
     playing.add_argument("--out", default=None, help="render to this MP4 (headless default: RUN_DIR/videos/play.mp4)")
     playing.set_defaults(run=_library("policyforge.play:command"))

@@ -94,9 +94,9 @@ def test_demo_starts_afresh_but_only_over_its_own_files(tmp_path, capsys):
     run = tmp_path / "demo"
     marker = json.loads((run / run_files.MARKER).read_text())
     assert marker["created_by"] == "policyforge" and marker["kind"] == "demo" and "version" in marker
-    (run / "checkpoints" / "step_00000099.pt").write_bytes(b"a stale checkpoint of the previous demo")
+    (run / "checkpoints" / "step_0000000099.pt").write_bytes(b"a stale checkpoint of the previous demo")
     assert main(demo) == 0  # the previous demo's files are replaced
-    assert not (run / "checkpoints" / "step_00000099.pt").exists() and (run / "checkpoints" / "latest.pt").exists()
+    assert not (run / "checkpoints" / "step_0000000099.pt").exists() and (run / "checkpoints" / "latest.pt").exists()
     for precious in (sentinel(run), sentinel(run / "plots")):  # anything else in it: refused, nothing deleted
         before = tree(tmp_path)
         assert main(demo) == 2

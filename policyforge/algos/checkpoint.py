@@ -7,8 +7,12 @@ Both levels are read with `torch.load(weights_only=True)`, torch's restricted un
 anything outside torch's default allowlist (as a pickle that runs code must) is refused, and nothing in it runs. The
 payload's sha256 is checked before it is unpickled, so a damaged file is reported, never loaded.
 
-`save` writes `step_<iteration>.pt`, then `latest.pt`, each atomically. `load` of a run directory tries latest.pt,
-then the numbered checkpoints newest first, skipping unusable ones with a warning naming each file and why.
+`save` writes `step_<steps>.pt` (the run's step count as its logs show it: env steps, or gradient steps for
+behaviour cloning; 10 digits, so that `ls` lists them in order), then `latest.pt`, each atomically. `load` of a run
+directory tries latest.pt, then the numbered checkpoints newest first, skipping unusable ones with a warning naming
+each file and why. Runs of policyforge before checkpoints carried steps named them by iteration (`step_<iteration>.pt`,
+8 digits); they still load and resume, and as an iteration is never more than the run's steps, they stay older than
+the checkpoints a resume adds.
 `best.pt` (`save_best`) holds the policy of the run's best evaluation so far and that evaluation's figures; it is
 for evaluating and exporting (`resolve(run, "best")`), never resumed from. Files of
 the previous format (a plain `torch.save` of the state with numpy arrays, no checksum) still load, weights-only with
@@ -69,10 +73,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
 
 
-def save(directory: Path, state: dict[str, Any], iteration: int, keep: int) -> Path:
-    """Write `step_<iteration>.pt` and `latest.pt` atomically (a crash leaves the previous ones intact),
-    then delete all but the newest `keep` numbered checkpoints."""
-    path = write(directory / f"step_{iteration:08d}.pt", state)
+def save(directory: Path, state: dict[str, Any], steps: int, keep: int) -> Path:
+    """Write `step_<steps>.pt` (`steps`: the run's step count, in its step unit) and `latest.pt` atomically (a
+    crash leaves the previous ones intact), then delete all but the newest `keep` numbered checkpoints."""
+    path = write(directory / numbered_name(steps), state)
     with atomic_path(directory / LATEST) as tmp:
         shutil.copyfile(path, tmp)
     for old in _numbered(directory)[keep:]:
@@ -190,7 +194,9 @@ _BEST_FIGURES = ("eval/success", "eval/return", "eval/length")
 
 def resolve(run_dir: Path, which: str | None) -> Path:
     """The checkpoint `--checkpoint` names in a run: "latest" (or None) → the run directory (`load` takes its newest
-    intact checkpoint), "best" → checkpoints/best.pt, a number N → checkpoints/step_N.pt, else a file path."""
+    intact checkpoint), "best" → checkpoints/best.pt, a number N → the checkpoint at N steps (checkpoints/step_N.pt,
+    N in the run's step unit as its logs show it), else a file path. In a run of policyforge from before checkpoints
+    carried step counts, N is the iteration its old checkpoint names carry."""
     run_dir = Path(run_dir)
     if which in (None, "latest"):
         return run_dir
@@ -203,22 +209,50 @@ def resolve(run_dir: Path, which: str | None) -> Path:
             )
         return directory / BEST
     if which.isdigit():
-        numbered = {iteration_of(path): path for path in _numbered(directory)}
+        kept = _numbered(directory)[::-1]  # oldest first: on a tie, the step-named one (newer) wins
+        numbered = {steps_of(path): path for path in kept}
         if int(which) not in numbered:
-            kept = ", ".join(str(n) for n in sorted(numbered)) or "none"
-            raise CheckpointError(f"{run_dir} has no checkpoint step_{int(which):08d}.pt (it keeps {kept})")
+            by_steps = [str(steps_of(path)) for path in kept if not _by_iteration(path)]
+            by_iteration = [f"{path.name} (--checkpoint {steps_of(path)})" for path in kept if _by_iteration(path)]
+            keeps = []
+            if by_steps:
+                keeps.append(f"the checkpoints at {', '.join(by_steps)} steps")
+            if by_iteration:
+                keeps.append(f"named by iteration by an earlier policyforge, {', '.join(by_iteration)}")
+            raise CheckpointError(
+                f"{run_dir} has no checkpoint at {int(which)} steps ({numbered_name(int(which))}); it keeps "
+                f"{'; '.join(keeps) or 'no numbered checkpoint'}: use one of these, latest, best or a file"
+            )
         return numbered[int(which)]
     return Path(which)
 
 
-def iteration_of(path: Path) -> int:
-    match = re.search(r"step_(\d+)\.pt$", str(path))
+def numbered_name(steps: int) -> str:
+    """The name of the numbered checkpoint at `steps`: step_<steps>.pt, 10 digits (20M env steps sort right)."""
+    return f"step_{steps:010d}.pt"
+
+
+def steps_of(path: Path) -> int:
+    """The step count a numbered checkpoint's name carries (-1 for another name). A name of an earlier policyforge
+    (8 digits, `_by_iteration`) carries the iteration instead, which is never more than the run's steps."""
+    match = _NUMBERED.search(Path(path).name)
     return int(match.group(1)) if match else -1
 
 
+_NUMBERED = re.compile(r"^step_(\d+)\.pt$")
+_ITERATION_DIGITS = 8
+"""Digits of the numbered checkpoints' names when they carried the iteration (before they carried steps, in 10)."""
+
+
+def _by_iteration(path: Path) -> bool:
+    match = _NUMBERED.search(Path(path).name)
+    return match is not None and len(match.group(1)) == _ITERATION_DIGITS
+
+
 def _numbered(directory: Path) -> list[Path]:
-    """The numbered checkpoints of a directory, newest first."""
-    return sorted(directory.glob("step_*.pt"), key=iteration_of, reverse=True)
+    """The numbered checkpoints of a directory, newest first: by the number in their names, and on a tie (a run of
+    one step per iteration, resumed from an iteration-named checkpoint) the step-named one first."""
+    return sorted(directory.glob("step_*.pt"), key=lambda path: (steps_of(path), not _by_iteration(path)), reverse=True)
 
 
 def _unpickle(path: Path, data: Path | io.BytesIO, allow_numpy: bool = True) -> tuple[Any, bool]:

@@ -111,8 +111,8 @@ def _tensor(value: Any) -> torch.Tensor:
 
 def load(run_dir: str | Path, checkpoint: str | int = "latest") -> LoadedPolicy:
     """A run's trained policy, ready to act: `checkpoint` is "latest" (the newest intact checkpoint), "best" (the
-    policy of the run's best evaluation), N (checkpoints/step_N.pt) or a checkpoint file, as `policyforge eval
-    --checkpoint` reads it (CheckpointError naming what the run has otherwise)."""
+    policy of the run's best evaluation), N (the checkpoint at N steps, as the run's logs count them) or a checkpoint
+    file, as `policyforge eval --checkpoint` reads it (CheckpointError naming what the run has otherwise)."""
     config, policy, env = load_run(Path(run_dir), str(checkpoint), num_envs=1)
     obs_shapes = env.obs_shapes
     env.close()

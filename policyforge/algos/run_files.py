@@ -28,7 +28,7 @@ RunKind = Literal["train", "demo", "bench"]
 RUN_FILES = ("config.yaml", METRICS_FILE, "summary.json", LOCK_FILE, MARKER)
 """Files policyforge writes at the top of a run directory (the runner, the logger, the run lock)."""
 RUN_FOLDERS = {
-    "checkpoints": ("*.pt",),  # step_<iteration>.pt, latest.pt, best.pt
+    "checkpoints": ("*.pt",),  # step_<steps>.pt, latest.pt, best.pt
     "videos": ("*.mp4",),  # eval_<steps>.mp4, eval_cli.mp4
     "plots": ("*.png",),
     "tensorboard": ("events.out.tfevents.*",),

@@ -328,7 +328,7 @@ class Runner:
         }
         with self._stops.deferred():  # a Ctrl-C while writing lets the checkpoint finish
             path = checkpoint.save(
-                self.run_dir / "checkpoints", payload, self.iteration, self.config.runner.keep_checkpoints
+                self.run_dir / "checkpoints", payload, self.env_steps, self.config.runner.keep_checkpoints
             )
         self._saved = (self.iteration, self.env_steps)
         return path

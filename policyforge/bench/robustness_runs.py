@@ -117,7 +117,8 @@ DAMAGE = {
 def _fallback_eval(damage: str, ctx: Ctx) -> Verdict:
     run = ctx.copy("run", "runs/tiny")
     expected = read_json(run / "summary.json")["eval/return"]
-    ctx.protect(*(run / "checkpoints").glob("step_*.pt"))
+    numbered = sorted((run / "checkpoints").glob("step_*.pt"))  # all named by the current policyforge: in order
+    ctx.protect(*numbered)
     DAMAGE[damage](run / "checkpoints" / "latest.pt")
     done = ctx.cli("eval", run)
     if done.returncode != 0:
@@ -127,7 +128,7 @@ def _fallback_eval(damage: str, ctx: Ctx) -> Verdict:
         return Verdict("silent", f"eval/return {got} ≠ {expected:.4g} of the intact checkpoint")
     if not done.names("latest.pt"):
         return Verdict("silent", "evaluated without a word about the damaged latest.pt")
-    return Verdict("held", "fell back to step_00000008.pt with a warning; same eval/return")
+    return Verdict("held", f"fell back to {numbered[-1].name} with a warning; same eval/return")
 
 
 def _fallback_resume(damage: str, ctx: Ctx) -> Verdict:

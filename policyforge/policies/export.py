@@ -328,11 +328,10 @@ def file_sha256(path: Path) -> str:
 def run_checkpoint(run_dir: Path) -> Path:
     """The checkpoint a run's policy is exported from by default: checkpoints/latest.pt (every save rewrites it),
     or the newest numbered checkpoint when it is missing."""
-    from policyforge.algos.checkpoint import LATEST, iteration_of
+    from policyforge.algos.checkpoint import LATEST, files
 
     directory = Path(run_dir) / "checkpoints"
-    numbered = sorted(directory.glob("step_*.pt"), key=iteration_of)
-    return directory / LATEST if (directory / LATEST).exists() or not numbered else numbered[-1]
+    return (files(directory) or [directory / LATEST])[0]  # latest.pt, else the numbered ones newest first
 
 
 def describe_source(checkpoint: Path, run_dir: Path | None = None) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import torch
 from rich.console import Console
 
 from policyforge.algos import bc
+from policyforge.algos.logger import read_metrics
 from policyforge.algos.runner import RunConfig, Runner
 from policyforge.config import ConfigError, from_dict
 from policyforge.data.collect import collect
@@ -65,6 +66,11 @@ def test_bc_resumes_exactly(tmp_path, reach_demos, monkeypatch):
     overrides.update({"runner.eval_every_steps": 0, "runner.eval_envs": 2})
     whole = Runner.start(bc_config(tmp_path, reach_demos, name="whole", **overrides), Console(quiet=True))
     whole.train()
+    gradient_steps = [record["gradient_steps"] for record in read_metrics(tmp_path / "whole")]
+    numbered = sorted(path.name for path in (tmp_path / "whole" / "checkpoints").glob("step_*.pt"))
+    assert numbered == [f"step_{gradient_steps[i - 1]:010d}.pt" for i in (2, 4, 6)] == [
+        "step_0000000020.pt", "step_0000000040.pt", "step_0000000060.pt"
+    ]  # fmt: skip
     calls = {"n": 0}
     original = bc.BC.iterate
 

@@ -52,7 +52,10 @@ def test_eval_checkpoint_best_evaluates_the_best_policy(evaluated_run, capsys):
 
 def test_eval_checkpoint_names_what_a_run_does_not_have(evaluated_run, tmp_path, capsys):
     assert main(["eval", str(evaluated_run), "--checkpoint", "99"]) == 2
-    assert "has no checkpoint step_00000099.pt (it keeps 3, 6, 8)" in " ".join(capsys.readouterr().out.split())
+    assert (
+        "no checkpoint at 99 steps (step_0000000099.pt); it keeps the checkpoints at 384, 768, 1024 steps"
+        in " ".join(capsys.readouterr().out.split())
+    )
     (evaluated_run / "checkpoints" / checkpoint.BEST).rename(tmp_path / "best.pt")
     try:
         assert main(["eval", str(evaluated_run), "--checkpoint", "best"]) == 2

@@ -96,7 +96,7 @@ def test_fifty_flipped_bytes_are_detected(finished_run, tmp_path, seed):
 def test_previous_format_loads_with_a_warning_and_resumes_exactly(finished_run, run_copy, caplog, learning_records):
     """Checkpoints of the previous format (plain torch.save, numpy arrays, no checksum) keep working."""
     checkpoints = run_copy / "checkpoints"
-    old = checkpoint.read(checkpoints / "step_00000006.pt")
+    old = checkpoint.read(checkpoints / "step_0000000768.pt")
     del old["finished"]
     for path in checkpoints.iterdir():
         path.unlink()
@@ -145,20 +145,20 @@ def test_a_damaged_latest_falls_back_to_the_newest_numbered_checkpoint(run_copy,
     with caplog.at_level(logging.WARNING, CHECKPOINT_LOG):
         loaded, state = checkpoint.newest(run_copy)
         assert main(["eval", str(run_copy), "--envs", "2"]) == 0
-    assert loaded.name == "step_00000008.pt" and state["iteration"] == 8
+    assert loaded.name == "step_0000001024.pt" and state["env_steps"] == 1024
     assert "eval/return" in capsys.readouterr().out
     assert f"{latest} is " in caplog.text and "trying an older checkpoint" in caplog.text
-    assert f"loaded {run_copy / 'checkpoints' / 'step_00000008.pt'}, the newest intact checkpoint" in caplog.text
+    assert f"loaded {run_copy / 'checkpoints' / 'step_0000001024.pt'}, the newest intact checkpoint" in caplog.text
 
 
 def test_resume_from_an_older_numbered_checkpoint_is_exact(finished_run, run_copy, caplog, learning_records):
-    """latest.pt gone and step 8 cut short: the run resumes from step 6, drops the metrics logged after it,
-    and ends exactly as the uninterrupted run did."""
+    """latest.pt gone and the final checkpoint (iteration 8) cut short: the run resumes from iteration 6's, drops
+    the metrics logged after it, and ends exactly as the uninterrupted run did."""
     (run_copy / "checkpoints" / "latest.pt").unlink()
-    DAMAGE["truncated"](run_copy / "checkpoints" / "step_00000008.pt")
+    DAMAGE["truncated"](run_copy / "checkpoints" / "step_0000001024.pt")
     with caplog.at_level(logging.WARNING, CHECKPOINT_LOG):
         assert main(["train", "--resume", str(run_copy)]) == 0
-    assert "step_00000008.pt is damaged or not a checkpoint" in caplog.text
+    assert "step_0000001024.pt is damaged or not a checkpoint" in caplog.text
     whole, resumed = (parameters(checkpoint.read(r / "checkpoints" / "latest.pt")) for r in (finished_run, run_copy))
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)
     assert learning_records(run_copy) == learning_records(finished_run)

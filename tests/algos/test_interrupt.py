@@ -42,7 +42,7 @@ def test_ctrl_c_saves_the_current_iteration_and_prints_the_resume_command(tmp_pa
     logged = read_metrics(run_dir)
     assert state["iteration"] == len(logged) >= 2 and state["env_steps"] == logged[-1]["env_steps"] == 128 * len(logged)
     assert list((run_dir / "checkpoints").glob("step_*.pt")) == [
-        run_dir / "checkpoints" / f"step_{state['iteration']:08d}.pt"
+        run_dir / "checkpoints" / f"step_{state['env_steps']:010d}.pt"
     ]  # written now: the run's periodic checkpoints would come every 100,000 iterations
     flat = " ".join(out.split())  # the message may wrap
     assert f"saved iteration {state['iteration']} ({state['env_steps']:,} env steps)" in flat
@@ -76,7 +76,7 @@ def test_a_second_ctrl_c_while_the_checkpoint_is_written_lets_it_finish(tmp_path
         runner.train()
     runner.close()
     monkeypatch.undo()
-    assert checkpoint.read(tmp_path / "twice" / "checkpoints" / "step_00000002.pt")["env_steps"] == 256
+    assert checkpoint.read(tmp_path / "twice" / "checkpoints" / "step_0000000256.pt")["env_steps"] == 256
     resumed = Runner.resume(tmp_path / "twice", Console(quiet=True))
     assert resumed.env_steps == 256
     assert resumed.train()["env_steps"] == 1024

@@ -79,12 +79,15 @@ def test_loaded_ppo_run_acts_as_its_evaluation(finished_run):
 
 
 def test_checkpoint_names_and_bad_observations_are_clear_errors(finished_run, tmp_path):
-    with pytest.raises(checkpoint.CheckpointError, match=r"has no checkpoint step_00000099\.pt \(it keeps 3, 6, 8\)"):
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=r"no checkpoint at 99 steps \(step_0000000099\.pt\); it keeps the checkpoints at 384, 768, 1024 steps",
+    ):
         policyforge.load(finished_run, checkpoint=99)
     with pytest.raises(checkpoint.CheckpointError, match="missing"):
         policyforge.load(finished_run, checkpoint=str(tmp_path / "nothing.pt"))
     best = policyforge.load(finished_run, "best")
-    assert best.policy.state_dict().keys() == policyforge.load(finished_run, 6).policy.state_dict().keys()
+    assert best.policy.state_dict().keys() == policyforge.load(finished_run, 768).policy.state_dict().keys()
     with pytest.raises(ObservationError, match=r"obs\['policy'\] has shape \(2, 5\); this run's task gives \(3,\)"):
         best.act({"policy": np.zeros((2, 5), np.float32)})
     assert best.act(np.zeros(3, np.float32)).shape == (1,)  # an array alone is obs["policy"]

@@ -68,8 +68,8 @@ def test_writes_that_fail_during_resume_lose_no_metrics(finished_run, run_copy, 
     written, then so that the first new record is cut short. Neither loses a record; a normal resume then ends
     exactly as the uninterrupted run."""
     checkpoints = run_copy / "checkpoints"
-    (checkpoints / "latest.pt").write_bytes((checkpoints / "step_00000006.pt").read_bytes())
-    (checkpoints / "step_00000008.pt").unlink()
+    (checkpoints / "latest.pt").write_bytes((checkpoints / "step_0000000768.pt").read_bytes())
+    (checkpoints / "step_0000001024.pt").unlink()
     metrics = run_copy / METRICS_FILE
     original = metrics.read_text()
     kept = "".join(line + "\n" for line in original.splitlines() if json.loads(line)["env_steps"] <= 768)
@@ -101,8 +101,8 @@ def test_a_checkpoint_or_config_write_that_fails_is_a_clear_error_and_loses_noth
     `runner.*` override cannot rewrite config.yaml stops the same way and leaves config.yaml whole. A normal resume
     then ends exactly as the uninterrupted run."""
     checkpoints = run_copy / "checkpoints"
-    (checkpoints / "latest.pt").write_bytes((checkpoints / "step_00000003.pt").read_bytes())
-    for later in ("step_00000006.pt", "step_00000008.pt"):
+    (checkpoints / "latest.pt").write_bytes((checkpoints / "step_0000000384.pt").read_bytes())
+    for later in ("step_0000000768.pt", "step_0000001024.pt"):
         (checkpoints / later).unlink()
     before = {path.name: path.read_bytes() for path in checkpoints.iterdir()}
     limit = min(len(data) for data in before.values()) // 2

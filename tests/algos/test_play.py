@@ -50,7 +50,7 @@ def test_play_names_bad_arguments(finished_run, capsys):
     assert main(["play", str(finished_run), "--episodes", "0"]) == 2
     assert "--episodes: must be in [1, 1000], got 0" in capsys.readouterr().out
     assert main(["play", str(finished_run), "--checkpoint", "99"]) == 2
-    assert "has no checkpoint step_00000099.pt" in " ".join(capsys.readouterr().out.split())
+    assert "has no checkpoint at 99 steps (step_0000000099.pt); it keeps" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_display_without_a_server_falls_back_to_a_video(run_copy, capsys, monkeypatch):

@@ -30,8 +30,9 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     checkpoints = tmp_path / "killed" / "checkpoints"
     deadline = time.time() + 120
-    while not list(checkpoints.glob("step_*6.pt")) and killed.poll() is None and time.time() < deadline:
-        time.sleep(0.05)  # wait for the second checkpoint (iteration 6), then kill mid-iteration
+    second = checkpoints / f"step_{6 * 8 * 16:010d}.pt"  # iteration 6: 8 envs × 16 rollout steps per iteration
+    while not second.exists() and killed.poll() is None and time.time() < deadline:
+        time.sleep(0.05)  # wait for the second checkpoint, then kill mid-iteration
     time.sleep(0.3)
     assert killed.poll() is None, "the run ended before it could be killed"
     killed.send_signal(signal.SIGKILL)

@@ -251,7 +251,7 @@ def save_new_checkpoint(run: Path, change) -> Path:
     for name, value in state["algo"]["policy"].items():
         if value.is_floating_point() and name.startswith("net."):
             change(value)
-    checkpoint.save(run / "checkpoints", state, state["iteration"] + 1, keep=5)
+    checkpoint.save(run / "checkpoints", state, state["env_steps"] + 1, keep=5)
     return run / "checkpoints" / "latest.pt"
 
 
