@@ -90,6 +90,9 @@ class MjxVecEnv(VecEnv):
         self.state, obs = self.program.reset(key)
         return self._torch_tree(obs)
 
+    def instructions(self) -> list[str] | None:
+        return self.task.instructions(self.state.vars)
+
     def reset_to(self, initial: ResetState) -> Obs:
         self._final_poses = None
         key = self.state.key

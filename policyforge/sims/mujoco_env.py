@@ -102,6 +102,9 @@ class MujocoVecEnv(VecEnv):
         obs = self.task.observe(self.state, np)
         return self._to_torch_obs(obs, self._images(np.arange(self.num_envs)))
 
+    def instructions(self) -> list[str] | None:
+        return self.task.instructions(self.vars)
+
     def reset_to(self, initial: ResetState) -> Obs:
         self._final_poses = {}
         self._reset_envs(np.arange(self.num_envs), resample=True, initial=initial)

@@ -189,6 +189,11 @@ class Task(abc.ABC):
         """bool [N] success flag, or None for tasks without one."""
         return None
 
+    def instructions(self, vars: dict[str, Array]) -> list[str] | None:
+        """The language instruction of each env's current episode, N strings, rendered on the host from the task
+        variables [N, ...] (numpy or JAX arrays); None for tasks that take no instruction."""
+        return None
+
     def update_vars(self, state: TaskState, action: Array, xp: Xp) -> dict[str, Array]:
         """Task variables after a step; by default only `last_action` [N, A] is updated. Return new arrays,
         never views of `state.phys` (backends write reset envs' rows in place)."""

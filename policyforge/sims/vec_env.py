@@ -3,6 +3,7 @@
     obs = env.reset(seed)                          # {"policy": [N, D], "critic": [N, Dc], "image"?: uint8}
     obs, reward, terminated, truncated, info = env.step(action)   # action [N, A] in [-1, 1]
     obs = env.reset_envs([0, 2])                   # new episodes in envs 0 and 2 only
+    texts = env.instructions()                     # N strings: each env's current instruction, or None
 
 Tensors live on `env.device`: observations float32 (images uint8 [N, V, H, W, 3]), `reward` float32 [N],
 `terminated` and `truncated` bool [N]. `terminated` (a terminal state: fell, broke) and `truncated` (the time
@@ -16,6 +17,12 @@ did not finish), so values can be bootstrapped on time-outs.
 build it with `make_step_info` from the outcome of `episodes.end_step`, the one implementation of time
 limits, episode statistics and counter resets; `check_step_result` checks a step against this declaration
 (every backend's test runs it).
+
+Language: tasks that take an instruction (`Task.instructions` is not None, e.g. `arm-instructed`) draw one per
+episode at reset; `env.instructions()` returns the instruction of every env's current episode as a list of N
+Python strings (the episode `obs` belongs to: after a step, the new episode's in rows that auto-reset), and None
+for tasks without language. Strings stay out of `obs` (tensors only) and `info`; a caller that needs the
+instruction of an episode that just ended reads `instructions()` before the step (it is fixed within an episode).
 """
 
 from __future__ import annotations
@@ -138,6 +145,11 @@ class VecEnv(abc.ABC):
     @abc.abstractmethod
     def cameras(self) -> list[str]:
         """Names of the cameras `render` accepts."""
+
+    def instructions(self) -> list[str] | None:
+        """The language instruction of every env's current episode (N strings), or None for tasks without one
+        (module docstring)."""
+        return None
 
     def reset_to(self, initial: Any) -> Obs:
         """Reset every env to the given initial states (a `task.ResetState` of [N, ...] arrays, e.g. from

@@ -25,7 +25,7 @@ def _xyz(name: str) -> list[str]:
     return [f"{name}.{axis}" for axis in "xyz"]
 
 
-def _closeness(distance: Array, xp: Xp, scale: float = 5.0) -> Array:
+def closeness(distance: Array, xp: Xp, scale: float = 5.0) -> Array:
     """1 at zero distance, falling smoothly towards 0: 1 − tanh(scale · d)."""
     return 1.0 - xp.tanh(scale * distance)
 
@@ -66,7 +66,7 @@ class ArmReach(ArmTask):
     def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
         distance = self._distance(state, xp)
         success = distance < self.config.success_threshold
-        terms = {"reach": _closeness(distance, xp), "distance": distance}
+        terms = {"reach": closeness(distance, xp), "distance": distance}
         return self.finish_reward(terms["reach"], success, state, action, terms, xp)
 
     def success(self, state: TaskState, xp: Xp) -> Array:
@@ -127,8 +127,8 @@ class ArmPushCube(ArmTask):
         distance = self._goal_distance(state, xp)
         success = distance < self.config.success_threshold
         terms = {
-            "reach": _closeness(xp.linalg.norm(push_pose - tcp, axis=1), xp),
-            "push": _closeness(distance, xp),
+            "reach": closeness(xp.linalg.norm(push_pose - tcp, axis=1), xp),
+            "push": closeness(distance, xp),
             "distance": distance,
         }
         dense = (terms["reach"] + 2.0 * terms["push"]) / 3.0
@@ -190,7 +190,7 @@ class ArmLiftCube(ArmTask):
         height = self._height(state)
         success = height >= self.config.lift_height
         terms = {
-            "reach": _closeness(xp.linalg.norm(self.cube_pos(state) - self.tcp_pos(state), axis=1), xp),
+            "reach": closeness(xp.linalg.norm(self.cube_pos(state) - self.tcp_pos(state), axis=1), xp),
             "grasp": grasped,
             "lift": grasped * xp.clip(height / self.config.lift_height, 0.0, 1.0),
             "height": height,
