@@ -33,7 +33,8 @@ INSTRUCTIONS = {
     "arm-push-cube": "push the cube to the green marker",
     "arm-lift-cube": "pick up the cube and lift it",
 }
-"""The language instruction stored with each task's episodes (LeRobot's `task`)."""
+"""The language instruction stored with each task's episodes (LeRobot's `task`), for tasks with one fixed
+instruction; tasks that draw an instruction per episode (`VecEnv.instructions()`) store each episode's own."""
 MAX_ATTEMPTS_PER_EPISODE = 20
 """With `only_successful`, give up after this many finished episodes per requested one."""
 MAX_EPISODES = 1_000_000
@@ -149,8 +150,9 @@ def _record(
     num_envs = env.num_envs
     buffers = [_empty_buffer(cameras) for _ in range(num_envs)]
     written = frames = successes = attempted = 0
-    instruction = INSTRUCTIONS.get(writer.info["policyforge"]["task"])
+    fixed_instruction = INSTRUCTIONS.get(writer.info["policyforge"]["task"])
     obs = env.reset(seed=seed)
+    instructions = env.instructions()  # per env, for tasks that draw an instruction per episode; else None
     while written < episodes:
         decided = expert.act(obs) if isinstance(expert, PolicyExpert) else expert.act(env.state)
         action = decided.astype(np.float32)  # recorded exactly as executed
@@ -169,11 +171,14 @@ def _record(
                 episode = buffers[i]
                 images_i = {camera: np.stack(frames_) for camera, frames_ in episode.pop("images").items()}
                 arrays = {key: np.asarray(value) for key, value in episode.items()}
+                instruction = fixed_instruction if instructions is None else instructions[i]
                 writer.add_episode(**arrays, images=images_i or None, instruction=instruction)
                 written, frames, successes = written + 1, frames + len(arrays["states"]), successes + success
             buffers[i] = _empty_buffer(cameras)
             update(written, f"{successes / max(written, 1):.0%}")
         expert.reset(ended)
+        if instructions is not None and len(ended):
+            instructions = env.instructions()  # the auto-reset episodes' new instructions
         if only_successful and attempted >= MAX_ATTEMPTS_PER_EPISODE * episodes + num_envs and written < episodes:
             raise ConfigError(
                 "only_successful",
@@ -224,7 +229,9 @@ def _check_task(task: str, task_options: dict[str, Any], cameras: Sequence[str])
     probe = make_task(task, task_options)
     expert_class = EXPERTS.get(type(probe))
     if expert_class is None:
-        raise ConfigError("task", f"no scripted expert for {task!r}; experts exist for {', '.join(INSTRUCTIONS)}")
+        raise ConfigError(
+            "task", f"no scripted expert for {task!r}; experts exist for {', '.join(cls.name for cls in EXPERTS)}"
+        )
     if probe.config.control_mode != "ee_delta_topdown":
         raise ConfigError("task_options.control_mode", "scripted experts act in 'ee_delta_topdown' only")
     _check_cameras(probe, task, cameras)

@@ -16,6 +16,7 @@ from policyforge.policies.base import Obs, Policy
 from policyforge.policies.rollout import ChunkedActor
 from policyforge.sims.task import TaskState
 from policyforge.sims.tasks.arm_base import ArmTask, grasp_yaw, tcp_yaw
+from policyforge.sims.tasks.arm_instructed import TOUCH_HEIGHT, ArmInstructed
 from policyforge.sims.tasks.arm_tasks import CUBE_HALF, ArmLiftCube, ArmPushCube, ArmReach
 from policyforge.sims.xmath import quat_rotate, wrap_angle
 
@@ -87,7 +88,7 @@ class ArmExpert(abc.ABC):
         return np.linalg.norm(target - self.task.tcp_pos(state), axis=1) < tolerance
 
     def _cube_yaw(self, state: TaskState) -> np.ndarray:
-        quat = self.task.sensor(state.phys["sensordata"], "cube_quat")
+        quat = self.task.cube_quat(state)
         x_axis = quat_rotate(quat, np.broadcast_to([1.0, 0.0, 0.0], quat[:, 1:].shape), np)
         cube_yaw = np.arctan2(x_axis[:, 1], x_axis[:, 0])
         return grasp_yaw(cube_yaw, tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np), np)
@@ -186,10 +187,85 @@ def _wrap_half_turn(angle: np.ndarray) -> np.ndarray:
     return (angle + np.pi / 2) % np.pi - np.pi / 2
 
 
+class PlaceExpert(LiftExpert):
+    """Grasp the cube as `LiftExpert` does, lift it, carry it over the goal (the pad), lower it, open, rise."""
+
+    CARRY = 0.12
+    """TCP height while carrying, m: the held cube clears the other cubes."""
+
+    def _plan(self, state: TaskState) -> np.ndarray:
+        cube, tcp, goal = self.task.cube_pos(state), self.task.tcp_pos(state), state.vars["goal"]
+        current_yaw = tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np)
+        yaw = np.where(self.phase <= 1, self._cube_yaw(state), current_yaw)
+        hover = cube + [0.0, 0.0, self.HOVER]
+        carry = _at_height(tcp[:, :2] + (goal - cube)[:, :2], self.CARRY)  # the cube, not the TCP, over the goal
+        lowered = _at_height(tcp[:, :2] + (goal - cube)[:, :2], CUBE_HALF + 0.004)
+        phase = self.phase[:, None]
+        targets = [hover, cube, self.hold, _at_height(self.hold[:, :2], self.CARRY), carry, lowered, tcp]
+        target = np.select([phase == k for k in range(len(targets))], targets, _at_height(tcp[:, :2], self.CARRY))
+        gripper = np.where((self.phase >= 2) & (self.phase <= 5), CLOSED, OPEN)
+        action = self._move(state, target, yaw, gripper)
+        self.timer += 1
+        aligned = np.abs(wrap_angle(yaw - current_yaw, np)) < 0.05
+        xy_error = np.linalg.norm((cube - tcp)[:, :2], axis=1)
+        over_goal = np.linalg.norm((goal - cube)[:, :2], axis=1) < 0.008
+        advance = (
+            ((self.phase == 0) & self._reached(state, hover, 0.015) & aligned)
+            | ((self.phase == 1) & (xy_error < 0.006) & (np.abs(cube - tcp)[:, 2] < 0.008))
+            | ((self.phase == 2) & (self.timer > 6))
+            | ((self.phase == 3) & (cube[:, 2] > self.CARRY - 0.03))
+            | ((self.phase == 4) & over_goal)
+            | ((self.phase == 5) & (cube[:, 2] < CUBE_HALF + 0.006))
+            | ((self.phase == 6) & (self.timer > 6))
+        )
+        self.hold = np.where(((self.phase == 1) & advance)[:, None], tcp, self.hold)
+        self.phase = np.where(advance, self.phase + 1, self.phase)
+        self.timer = np.where(advance, 0, self.timer)
+        return action
+
+
+class TouchExpert(ArmExpert):
+    """Hover above the cube with the open fingers lined up with its faces, then descend around it and stay."""
+
+    HOVER = 0.08
+
+    def _plan(self, state: TaskState) -> np.ndarray:
+        cube = self.task.cube_pos(state)
+        hover, touch = cube + [0.0, 0.0, self.HOVER], cube + [0.0, 0.0, TOUCH_HEIGHT]
+        yaw = self._cube_yaw(state)
+        aligned = np.abs(wrap_angle(yaw - tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np), np))
+        target = np.where(self.phase[:, None] == 0, hover, touch)
+        action = self._move(state, target, yaw, np.full(len(cube), OPEN))
+        advance = (self.phase == 0) & self._reached(state, hover, 0.015) & (aligned < 0.05)
+        self.phase = np.where(advance, 1, self.phase)
+        return action
+
+
+class InstructedExpert(ArmExpert):
+    """`arm-instructed`: each env follows its instruction's family with that family's expert (`LiftExpert`,
+    `PushExpert`, `PlaceExpert`, `TouchExpert`), on the instructed cube and towards the instruction's goal."""
+
+    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0, hesitation: float = 0.0):
+        super().__init__(task, num_envs, action_noise, seed, hesitation)
+        family_experts = (LiftExpert, PushExpert, PlaceExpert, TouchExpert)  # in the order of FAMILIES
+        self.family_experts = [cls(task, num_envs, action_noise, seed + 1 + k) for k, cls in enumerate(family_experts)]
+
+    def reset(self, env_ids: np.ndarray) -> None:
+        super().reset(env_ids)
+        for expert in self.family_experts:
+            expert.reset(env_ids)
+
+    def _plan(self, state: TaskState) -> np.ndarray:
+        family = np.asarray(state.vars["family"])[:, None]
+        plans = [expert._plan(state) for expert in self.family_experts]
+        return np.select([family == k for k in range(len(plans))], plans)
+
+
 EXPERTS: dict[type[ArmTask], type[ArmExpert]] = {
     ArmReach: ReachExpert,
     ArmLiftCube: LiftExpert,
     ArmPushCube: PushExpert,
+    ArmInstructed: InstructedExpert,
 }
 """Scripted expert of each arm task class."""
 

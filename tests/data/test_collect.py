@@ -137,3 +137,30 @@ def test_overwrite_refuses_a_dataset_policyforge_did_not_write(tmp_path):
     with pytest.raises(ConfigError, match="policyforge did not write") as error:
         collect("arm-reach", 1, out, overwrite=True, num_envs=1, task_options=SHORT, progress=False)
     assert error.value.path == "overwrite" and sorted(p for p in out.rglob("*")) == before
+
+
+def test_each_episode_records_its_own_instruction_as_its_lerobot_task(tmp_path):
+    import pyarrow.parquet as pq
+
+    from policyforge.data import layout
+
+    options = {**SHORT, "families": ["lift"]}  # 8 texts: 8 episodes repeat some
+    summary = collect("arm-instructed", 8, tmp_path / "ds", num_envs=4, task_options=options, progress=False)
+    data = Demonstrations(tmp_path / "ds")
+    # the instructions the env drew: envs 0-3 ran episodes 0-3, auto-reset together and ran episodes 4-7
+    env = make_env(SimConfig(task="arm-instructed", num_envs=4, task_options=options))
+    env.reset(seed=summary["seed"])
+    expected = env.instructions()
+    for _ in range(env.episode_steps):
+        env.step(np.zeros((4, 5), np.float32))
+    expected += env.instructions()
+    assert len(set(expected)) < 8, expected
+    assert data.tasks == list(dict.fromkeys(expected))  # one task per distinct instruction, in order of first use
+    tasks = pq.read_table(tmp_path / "ds" / layout.TASKS_PATH)  # LeRobot's: the text, and its task_index
+    assert tasks.column("task").to_pylist() == data.tasks and tasks.column("task_index").to_pylist() == [
+        *range(len(data.tasks))
+    ]
+    task_index = data.column("task_index")
+    for episode, (start, stop) in enumerate(data.episode_bounds):
+        assert {data.tasks[i] for i in task_index[start:stop]} == {expected[episode]}, episode
+        assert data.rows[episode]["tasks"] == [expected[episode]]

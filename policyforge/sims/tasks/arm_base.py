@@ -251,6 +251,10 @@ class ArmTask(Task):
     def cube_pos(self, state: TaskState) -> Array:
         return self.sensor(state.phys["sensordata"], "cube_pos")
 
+    def cube_quat(self, state: TaskState) -> Array:
+        """Orientation of the cube, [N, 4] (w, x, y, z)."""
+        return self.sensor(state.phys["sensordata"], "cube_quat")
+
     def touching(self, state: TaskState) -> tuple[Array, Array]:
         """Whether each finger pad touches something, bool [N] each."""
         sensordata = state.phys["sensordata"]
