@@ -91,7 +91,7 @@ def run_tour(cfg: TourConfig, console: Console | None = None) -> dict:
     console = console or Console()
     out = Path(cfg.out_dir)
     summary = {}
-    for task in ("pendulum-swingup", "arm-reach", "arm-push-cube", "arm-lift-cube", "quadruped-walk"):
+    for task in ("pendulum-swingup", "arm-reach", "arm-push-cube", "arm-lift-cube", "arm-instructed", "quadruped-walk"):
         randomization = cfg.quadruped_randomization if task == "quadruped-walk" else RandomizationConfig()
         options = {"episode_seconds": 6.0} if task == "quadruped-walk" else {}
         env = make_env(SimConfig(task=task, num_envs=cfg.num_envs, randomization=randomization, task_options=options))

@@ -85,6 +85,7 @@ def test_objects_start_apart_and_no_instruction_is_done_before_the_arm_moves():
     assert np.allclose(cubes[:, :, 2], 0.02, atol=1e-3)
     pads = env.vars["pads"][:, :, :2]
     assert np.abs(pads[:, :, None] - cubes[:, None, :, :2]).max(axis=-1).min() > 0.07  # pads on free cells
+    assert set(env.vars["family"].tolist()) == {0, 1, 2, 3}
     hold = torch.zeros(64, 5)
     hold[:, -1] = 1.0  # the arm keeps still, its gripper open
     for _ in range(env.episode_steps):
