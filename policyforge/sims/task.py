@@ -189,7 +189,7 @@ class Task(abc.ABC):
         """bool [N] success flag, or None for tasks without one."""
         return None
 
-    def instructions(self, vars: dict[str, Array]) -> list[str] | None:
+    def instructions(self, vars_: dict[str, Array]) -> list[str] | None:
         """The language instruction of each env's current episode, N strings, rendered on the host from the task
         variables [N, ...] (numpy or JAX arrays); None for tasks that take no instruction."""
         return None

@@ -238,6 +238,10 @@ class ArmInstructed(ArmTask):
     # -- observations and reward -------------------------------------------------------------------------
 
     def observe(self, state: TaskState, xp: Xp) -> dict[str, Array]:
+        """`policy` [N, 22]: proprioception only (the instruction and the scene reach a policy as text and images).
+        `critic` [N, 76]: proprioception 22, cube positions 9 and quaternions 12 (CUBE_COLOURS order), pad
+        positions 9 (PAD_COLOURS order), finger touch 2, one-hot family 4, object 3 and target 3, then the
+        instructed cube's position 3, the goal 3, goal − cube 3 and cube − TCP 3."""
         proprioception = self.proprioception(state, xp)
         sensordata, n = state.phys["sensordata"], proprioception.shape[0]
         cube, goal, tcp = self.cube_pos(state, xp), state.vars["goal"], self.tcp_pos(state)
@@ -260,6 +264,9 @@ class ArmInstructed(ArmTask):
         return self.proprioception_names()
 
     def reward(self, state: TaskState, action: Array, xp: Xp) -> tuple[Array, dict[str, Array]]:
+        """Dense: the instructed family's shaped progress in [0, 1] (1 on success); sparse: the success flag.
+        Terms: `reach` (TCP to the instructed cube), `grasp` (both fingers on it), `distance` (the family's distance
+        to success, m: height still to lift, cube to zone, cube to pad, TCP to the touch point)."""
         progress = self._progress(state, xp)
         cube, tcp = self.cube_pos(state, xp), self.tcp_pos(state)
         grasped = progress["grasped"].astype(action.dtype)
