@@ -41,6 +41,13 @@ def test_heldout_sets_are_disjoint_from_training_and_their_words_are_all_trained
     assert len(rows["all"]) == 5 * (3 + 9 + 9 + 3) and len(texts["all"]) == len(rows["all"])  # one text per row
 
 
+def test_every_text_parses_back_to_its_ids_and_others_are_refused_by_name():
+    for row in language.instruction_table("all").tolist():
+        assert language.parse(language.render(*row)) == tuple(row)
+    with pytest.raises(ValueError, match="instruction 'lift the pink cube' is not one of"):
+        language.parse("lift the pink cube")
+
+
 @pytest.mark.parametrize("instructions", SETS)
 def test_reset_draws_instructions_of_the_chosen_set_with_every_family(instructions):
     env = make(64, instructions=instructions)

@@ -8,9 +8,10 @@ functions read them on every backend (MJX included):
     target      index into ZONES for push, into PAD_COLOURS for place, 0 for lift and touch
     paraphrase  index into TEMPLATES[family]            how the instruction is worded
 
-`render` turns ids into text on the host. Held out for evaluation only: the template `HELDOUT_PARAPHRASE` of every
-family, and the (family, object, target) combinations in `HELDOUT_COMBINATIONS` (every word of a held-out
-combination is seen in training, only not together). `instruction_table(instructions, families)` lists the rows
+`render` turns ids into text on the host, `parse` text back into ids (e.g. a dataset's tasks into families).
+Held out for evaluation only: the template `HELDOUT_PARAPHRASE` of every family, and the (family, object, target)
+combinations in `HELDOUT_COMBINATIONS` (every word of a held-out combination is seen in training, only not
+together). `instruction_table(instructions, families)` lists the rows
 (family, object, target, paraphrase) one instruction set samples from:
 
     train                 seen combinations × seen paraphrases
@@ -146,3 +147,25 @@ def render_batch(ids: dict[str, Array]) -> list[str]:
 def texts(instructions: InstructionSet, families: Sequence[Family] = FAMILIES) -> list[str]:
     """Every distinct text of an instruction set, in table order."""
     return list(dict.fromkeys(render(*map(int, row)) for row in instruction_table(instructions, families)))
+
+
+def parse(text: str) -> tuple[int, int, int, int]:
+    """The ids (family, object, target, paraphrase) of an instruction text `render` produced (a dataset's task, an
+    episode's instruction), e.g. to report success per family; ValueError naming the text if it is not one."""
+    table = _ids_by_text()
+    if text not in table:
+        raise ValueError(
+            f"instruction {text!r} is not one of arm-instructed's {len(table)} instructions "
+            f"(e.g. {next(iter(table))!r}); texts are rendered from instructions.TEMPLATES"
+        )
+    return table[text]
+
+
+_IDS_BY_TEXT: dict[str, tuple[int, int, int, int]] = {}
+
+
+def _ids_by_text() -> dict[str, tuple[int, int, int, int]]:
+    if not _IDS_BY_TEXT:
+        for row in instruction_table("all").tolist():
+            _IDS_BY_TEXT[render(*row)] = (row[0], row[1], row[2], row[3])
+    return _IDS_BY_TEXT
