@@ -87,6 +87,13 @@ def summarize(data: Demonstrations, outcomes: list[EpisodeOutcome]) -> dict[str,
     }
 
 
+def _instructions(instructions: list[str], shown: int = 4) -> str:
+    """The dataset's instructions, the first `shown` of many and their count (a multi-task dataset has dozens)."""
+    if len(instructions) <= shown:
+        return "; ".join(instructions) or "-"
+    return f"{len(instructions)} distinct: " + "; ".join(instructions[:shown]) + "; …"
+
+
 def feature_table(data: Demonstrations) -> Table:
     table = Table(title="features")
     for column in ("feature", "dtype", "shape"):
@@ -104,7 +111,7 @@ def summary_table(data: Demonstrations, summary: dict[str, Any]) -> Table:
     cameras = [f"{camera} ({_image_size(data, camera)})" for camera in summary["cameras"]]
     rows = {
         "task": str(summary["task"] or "-"),
-        "instructions": "; ".join(summary["instructions"]) or "-",
+        "instructions": _instructions(summary["instructions"]),
         "episodes": f"{summary['episodes']:,}",
         "frames": f"{summary['frames']:,} ({summary['duration_s']:.1f} s at {summary['fps']} fps)",
         "success": percent(rate) if rate is not None else "- (not recorded)",

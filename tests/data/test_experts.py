@@ -30,8 +30,9 @@ def test_expert_succeeds(task, threshold):
 
 @pytest.mark.parametrize("family", ["lift", "push", "place", "touch"])
 def test_instructed_expert_follows_every_family(family):
-    """Measured: 64/64 episodes of every family succeed at their last step (seed 0, all instruction sets); with
-    action_noise 0.3 and hesitation 0.2: lift 98%, push 94%, place 97%, touch 100%."""
+    """Measured (`policyforge collect arm-instructed families=[F] instructions=all --episodes 256 --envs 64`):
+    256/256 episodes of every family succeed at their last step; with `--noise 0.3 --hesitation 0.2` (64
+    episodes each) lift 98%, push 94%, place 97%, touch 100%."""
     options = {"families": [family], "instructions": "all"}
     env = make_env(SimConfig(task="arm-instructed", num_envs=16, task_options=options), seed=0)
     expert = EXPERTS[type(env.task)](env.task, 16)

@@ -71,3 +71,12 @@ def test_a_dataset_without_images_says_how_to_record_them(tmp_path, capsys):
     assert not (tmp_path / "v.mp4").exists()
     assert main(["data", "show", str(tmp_path / "plain"), "--episode", "2"]) == 2
     assert "--episode: " in capsys.readouterr().out
+
+
+def test_a_multi_task_dataset_shows_its_instruction_count_and_the_first_few(tmp_path, capsys):
+    options = {"episode_seconds": 0.12, "instructions": "all"}  # 3 steps; 12 episodes draw many instructions
+    collect("arm-instructed", 12, tmp_path / "ds", num_envs=12, task_options=options, progress=False)
+    tasks = Demonstrations(tmp_path / "ds").tasks
+    assert main(["data", "show", str(tmp_path / "ds")]) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert len(tasks) > 4 and f"{len(tasks)} distinct: {tasks[0]}" in out and tasks[-1] not in out
