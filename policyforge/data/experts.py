@@ -18,6 +18,7 @@ from policyforge.sims.task import TaskState
 from policyforge.sims.tasks.arm_base import ArmTask, grasp_yaw, tcp_yaw
 from policyforge.sims.tasks.arm_instructed import TOUCH_HEIGHT, ArmInstructed
 from policyforge.sims.tasks.arm_tasks import CUBE_HALF, ArmLiftCube, ArmPushCube, ArmReach
+from policyforge.sims.tasks.instructions import FAMILIES
 from policyforge.sims.xmath import quat_rotate, wrap_angle
 
 OPEN, CLOSED = 1.0, -1.0
@@ -233,10 +234,10 @@ class TouchExpert(ArmExpert):
         cube = self.task.cube_pos(state)
         hover, touch = cube + [0.0, 0.0, self.HOVER], cube + [0.0, 0.0, TOUCH_HEIGHT]
         yaw = self._cube_yaw(state)
-        aligned = np.abs(wrap_angle(yaw - tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np), np))
+        misalignment = wrap_angle(yaw - tcp_yaw(self.task.sensor(state.phys["sensordata"], "tcp_quat"), np), np)
         target = np.where(self.phase[:, None] == 0, hover, touch)
         action = self._move(state, target, yaw, np.full(len(cube), OPEN))
-        advance = (self.phase == 0) & self._reached(state, hover, 0.015) & (aligned < 0.05)
+        advance = (self.phase == 0) & self._reached(state, hover, 0.015) & (np.abs(misalignment) < 0.05)
         self.phase = np.where(advance, 1, self.phase)
         return action
 
@@ -247,8 +248,11 @@ class InstructedExpert(ArmExpert):
 
     def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0, hesitation: float = 0.0):
         super().__init__(task, num_envs, action_noise, seed, hesitation)
-        family_experts = (LiftExpert, PushExpert, PlaceExpert, TouchExpert)  # in the order of FAMILIES
-        self.family_experts = [cls(task, num_envs, action_noise, seed + 1 + k) for k, cls in enumerate(family_experts)]
+        by_family = {"lift": LiftExpert, "push": PushExpert, "place": PlaceExpert, "touch": TouchExpert}
+        self.family_experts = [
+            by_family[family](task, num_envs, action_noise, seed + 1 + k) for k, family in enumerate(FAMILIES)
+        ]
+        """One expert per family, in the order of the family ids (`instructions.FAMILIES`)."""
 
     def reset(self, env_ids: np.ndarray) -> None:
         super().reset(env_ids)
