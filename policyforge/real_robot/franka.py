@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
+import threading
 import time
 from typing import Literal
 
@@ -36,6 +38,12 @@ MOTION_WAIT_S = 10.0
 """Longest wait for a motion to end (before switching between joint and Cartesian motions, or stopping), s: at
 half the dynamics limits the arm crosses its workspace in ~3 s, so a motion still running after this will not end
 (a stalled connection or controller); the driver stops it and raises instead of blocking the control loop."""
+RELEASE_WAIT_S = 5.0
+"""Longest wait for franky to close the connection on disconnect, s. franky's destructor stops a running motion and
+joins its control thread with no time limit; past this the release finishes in a background thread and disconnect
+returns (ci-under-load 2026-12-05: a destructor blocked 15 min after a NaN-actions fault, the arm already held)."""
+
+log = logging.getLogger("policyforge.franka")
 
 
 @functools.cache
@@ -179,4 +187,24 @@ class Franka(Robot):
         self._stop(franky)
         with contextlib.suppress(Exception):  # disconnecting: a motion that will not end is the robot's to stop
             self._wait_for_motion_end(franky)
-        self.robot = None
+        holder, self.robot = [self.robot], None
+        if not release(holder, RELEASE_WAIT_S):
+            log.warning(
+                "Franka: franky did not close its connection within %.0f s (its motion thread is still running); "
+                "it finishes in the background. The arm holds under its own controller.",
+                RELEASE_WAIT_S,
+            )
+
+
+def release(holder: list, wait_s: float) -> bool:
+    """Drop the references in `holder` (the caller's last ones) in a daemon thread, so that a destructor that blocks
+    cannot block the caller; True when they were gone within `wait_s`. A destructor still blocked at exit is left
+    with its daemon thread."""
+    done = threading.Event()
+
+    def drop() -> None:
+        holder.clear()
+        done.set()
+
+    threading.Thread(target=drop, name="franky-release", daemon=True).start()
+    return done.wait(wait_s)

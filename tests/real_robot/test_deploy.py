@@ -36,11 +36,14 @@ def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys):
     printed = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "final mode" in printed
     assert "command: vx 0.5 m/s, vy 0 m/s, yaw rate 0 rad/s" in printed.split("connecting to the go2")[0]
-    # the verdict's velocity (base position over the peer's clock) agrees with how far the peer says it moved
+    # the verdict's velocity (base position over the peer's clock) agrees with how far the peer says it moved in
+    # the policy's time on that clock (on a loaded machine the peer simulates less than the 3 s of wall time)
     verdict = re.search(r"VERDICT: tracked ([-\d.]+), ([-\d.]+) m/s, ([-\d.]+) rad/s against the command", printed)
+    robot_seconds = re.search(r"measured over ([\d.]+) s of the peer's simulated time", printed)
     moved = re.search(r"base moved \(x, y\) │ ([-\d.]+), ([-\d.]+) m", printed)
-    assert verdict and moved, printed
-    assert abs(float(verdict[1]) * 3 - float(moved[1])) < 0.3, (verdict[0], moved[0])
+    assert verdict and moved and robot_seconds, printed
+    assert 0 < float(robot_seconds[1]) <= 3.05
+    assert abs(float(verdict[1]) * float(robot_seconds[1]) - float(moved[1])) < 0.15, (verdict[0], moved[0])
     from policyforge.data.dataset import Demonstrations
 
     episodes = Demonstrations(out)
@@ -49,7 +52,9 @@ def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys):
     assert episodes.column("observation.state").shape[1] == 45
 
 
-def test_deploy_realtime_runs_the_loop_under_the_real_time_options(capsys):
+def test_deploy_realtime_runs_the_loop_under_the_real_time_options(capsys, peers_on_their_own_computer):
+    """The peer gets the robot's own computer: on a loaded machine a SCHED_FIFO loop pinned to a CPU starved it
+    (it simulated 0.01 s of the 1 s policy phase, stale states e-stopped the run; 2026-12-05)."""
     code = main(["deploy", str(GO2_POLICY), "--peer", "sim", "--seconds", "1", "--realtime", "--cpus", "0"])
     printed = " ".join(capsys.readouterr().out.split())
     assert code == 0, printed
@@ -220,7 +225,8 @@ def test_a_policy_that_raises_is_logged_and_named_as_the_cause(go2_peer, tmp_pat
         config = LoopConfig(rate_hz=500, policy_rate_hz=50, seconds=1.5, prepare_seconds=0.5)
         adapter = QuadrupedAdapter(QuadrupedConfig())
         report = ControlLoop(robot, SafetyFilter(robot.spec), policy, adapter, config).run()
-    assert report.final_mode == "estop" and report.interventions["policy_error"] >= 20
+    # every policy step until the e-stop fails: ~30 at 50 Hz on an idle machine, 15 seen under load (2026-12-05)
+    assert report.final_mode == "estop" and report.interventions["policy_error"] >= 5
     assert report.estop_cause.startswith("stale_command after ")
     expected = "wrong.onnx: input 'obs' must be [B, 28] float32 (B ≥ 1), got [1, 45] float32"
     assert f"policy_error: ValueError: {expected}" in report.estop_cause and expected in report.causes["policy_error"]

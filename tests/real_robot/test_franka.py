@@ -4,6 +4,7 @@ Cartesian mode, and the workspace box holds."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -135,3 +136,25 @@ def test_a_motion_that_does_not_end_in_time_is_stopped_instead_of_blocking_the_l
     franka.send(Command(position=stopped.joint_pos, ee_target=target))  # the driver carries on
     time.sleep(1.5)
     np.testing.assert_allclose(franka.observe().ee_pos, target, atol=5e-3)
+
+
+def test_a_connection_whose_release_blocks_does_not_block_disconnect():
+    """franky's destructor joins its motion thread with no limit (it once blocked a run for 15 min): `release`
+    drops the driver's last reference in a daemon thread and returns when the wait is up."""
+    from policyforge.real_robot.franka import release
+
+    unblock, released = threading.Event(), threading.Event()
+
+    class BlockingDestructor:
+        def __del__(self):
+            unblock.wait(30)
+            released.set()
+
+    holder = [BlockingDestructor()]
+    began = time.monotonic()
+    assert release(holder, 0.2) is False
+    assert 0.2 <= time.monotonic() - began < 2.0 and holder == [] and not released.is_set()
+    unblock.set()
+    assert released.wait(5)  # the destructor ran, in the background
+    holder = [BlockingDestructor()]
+    assert release(holder, 5.0) is True and released.is_set()
