@@ -156,6 +156,7 @@ def simulated_peer(
         command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else []) + list(extra_args)
     else:
         raise ConfigError("robot", f"no simulated peer for {robot!r}; peers: ['franka', 'go2', 'ur']")
+    check_peer_ports_free(robot)
     quiet = subprocess.DEVNULL if robot == "franka" else None
     process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=quiet)
     killer = threading.Timer(kill_after, process.kill) if kill_after is not None else None
@@ -167,6 +168,26 @@ def simulated_peer(
         if killer is not None:
             killer.cancel()
         stop_process(process)
+
+
+PEER_PORTS = {"franka": (1337,), "ur": (30004, 29999, 30003)}
+"""The fixed TCP ports a simulated peer listens on, 127.0.0.1 (libfranka's command port; RTDE, dashboard, script)."""
+
+
+def check_peer_ports_free(robot: str) -> None:
+    """Refuse to start a peer whose fixed ports another process holds: the driver would reach that one instead (a
+    franky-sim orphaned by a killed run once answered a whole test session with its own arm's pose, 2026-12-05)."""
+    for port in PEER_PORTS.get(robot, ()):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a just-closed peer's TIME_WAIT is fine
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                raise DeployError(
+                    f"--peer sim: port {port} on 127.0.0.1 is in use, so the simulated {robot} cannot start there and "
+                    f"the driver would talk to whatever holds it (a peer left by an earlier run?): find it with "
+                    f"`ss -ltnp 'sport = :{port}'` and stop it"
+                ) from None
 
 
 def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:

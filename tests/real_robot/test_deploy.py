@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -21,9 +22,9 @@ from onnx import TensorProto, helper, numpy_helper
 from policyforge.cli import ESTOP_EXIT, main
 from policyforge.policies.export import export, file_sha256
 from policyforge.policies.export_description import description_path
-from policyforge.real_robot.deploy import ExportedPolicy, NonFiniteObservation, QuadrupedAdapter
+from policyforge.real_robot.deploy import DeployError, ExportedPolicy, NonFiniteObservation, QuadrupedAdapter
 from policyforge.real_robot.go2 import Go2, Go2Config
-from policyforge.real_robot.launch import DeployConfig, deploy, resolve_policy
+from policyforge.real_robot.launch import DeployConfig, deploy, resolve_policy, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.safety import SafetyFilter
 from policyforge.sims.tasks.quadruped import QuadrupedConfig
@@ -370,3 +371,16 @@ def test_the_shipped_exports_of_an_older_policyforge_still_deploy():
         assert policy.spec["format"] == "onnx" and policy(np.zeros(policy.obs_dim, np.float32)).shape == (
             policy.action_dim,
         )
+
+
+def test_a_peer_port_held_by_another_process_is_refused_before_anything_starts(tmp_path):
+    """A simulated peer orphaned by a killed run still listening: the new peer could not bind, and the driver would
+    silently drive the old one."""
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", 29999))  # the UR dashboard server's port
+        squatter.listen()
+        refused = pytest.raises(DeployError, match=r"port 29999 on 127\.0\.0\.1 is in use.*ss -ltnp")
+        with refused, simulated_peer("ur", 0, tmp_path / "facts.json"):
+            pass
+    assert not (tmp_path / "facts.json").exists()  # no peer ran
