@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workdir", type=Path, default=None, help="where the clone goes (default: a new temp dir)")
     parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[1], help="repo to clone")
     parser.add_argument("--list", action="store_true", help="print the commands and their promises; run nothing")
-    parser.add_argument("--timeout-min", type=float, default=120, help="per command without a stated duration")
+    parser.add_argument("--timeout-min", type=float, default=120, help="per command (or 4× its stated time if longer)")
     args = parser.parse_args(argv)
     console = Console(width=200)
 
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict:
         if command.skip:
             skipped.append(command)
             continue
-        timeout_s = 3 * command.stated_s + 300 if command.stated_s else 60 * args.timeout_min
+        timeout_s = max(4 * (command.stated_s or 0), 60 * args.timeout_min)  # a hang, not a slow machine
         log = logs / f"{len(list(logs.glob('*.log'))):03d}-journey-{command.journey}.log"
         console.print(f"[{i + 1}/{len(chosen)}] {command.text.splitlines()[0][:150]}", markup=False, highlight=False)
         outcomes.append(run(command, clone, log, timeout_s))
