@@ -86,15 +86,14 @@ def input_names(policy: Policy) -> list[str]:
 
 
 class ActGraph(nn.Module):
-    """`policy.act` on bare tensors: (obs [B, ...], image? [B, ...]) → actions [B, H, A]."""
+    """`policy.act` on bare tensors, one per observation key in `policy.obs_keys` order: (obs [B, ...], then the
+    image, the base action of a per-step residual, the instruction of a VLA …) → actions [B, H, A]."""
 
     def __init__(self, policy: Policy):
         super().__init__()
         self.policy, self.keys = policy, input_names(policy)
 
-    def forward(self, obs: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
-        """`extra`: the image of image policies, the base action of per-step residuals."""
-        inputs = (obs,) if extra is None else (obs, extra)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.policy.act(dict(zip(self.keys, inputs, strict=True)))
 
 
@@ -129,7 +128,7 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
                     dynamo=True,
                     input_names=names,
                     output_names=["action"],
-                    dynamic_shapes=tuple({0: batch} for _ in example),
+                    dynamic_shapes=(tuple({0: batch} for _ in example),),  # forward(*inputs): one tuple
                     external_data=False,  # one self-contained file (weights inside), whatever the temp file's name
                     verbose=False,
                 )

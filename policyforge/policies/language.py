@@ -128,6 +128,7 @@ class InstructionEncoder(nn.Module):
         self.cache: dict[bytes, torch.Tensor] = {}
         self.misses = 0
         """Instructions encoded so far (the cache's misses; tests and benches read it)."""
+        object.__setattr__(self, "network", minilm())  # not a submodule: outside state dicts, shared, frozen
 
     @torch.no_grad()
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,7 +136,7 @@ class InstructionEncoder(nn.Module):
         ids = ids.long()
         mask = ids != PAD_ID
         if torch.jit.is_tracing() or torch.compiler.is_compiling():  # exported graphs run the encoder inside
-            return minilm()(ids, mask), mask
+            return self.network(ids, mask), mask
         unique, inverse = torch.unique(ids, dim=0, return_inverse=True)
         keys = [row.numpy().tobytes() for row in unique.cpu()]
         new = [i for i, key in enumerate(keys) if key not in self.cache]
@@ -143,7 +144,7 @@ class InstructionEncoder(nn.Module):
             if len(self.cache) + len(new) > MAX_CACHED:
                 self.cache.clear()
             rows = unique[new]
-            features = minilm()(rows.cpu(), rows.cpu() != PAD_ID)
+            features = self.network(rows.cpu(), rows.cpu() != PAD_ID)
             self.cache.update({keys[i]: f for i, f in zip(new, features, strict=True)})
             self.misses += len(new)
         table = torch.stack([self.cache[key] for key in keys]).to(ids.device)
