@@ -4,14 +4,14 @@ the sampler contract with the flow policy's exact chains.
 
 How the instruction reaches the policy (the design): as an observation tensor, like everything else a policy reads,
 so PPO, BC, evaluation, export and deployment work unchanged. `obs["instruction"]` holds the instruction's WordPiece
-token ids int32 [B, 32] (`sims.instruction_obs`: `make_env` adds them to every env whose task draws instructions;
+token ids int32 [B, 24] (`sims.instruction_obs`: `make_env` adds them to every env whose task draws instructions;
 a dataset's `task` text and a deployment's instruction go through the same tokenizer). Ids, not features: they cost
-128 bytes per env step in a rollout buffer (MiniLM's features would cost 48 KB) and they are what an exported graph
+96 bytes per env step in a rollout buffer (MiniLM's features would cost 36 KB) and they are what an exported graph
 can take without a text runtime. Inside, the frozen all-MiniLM-L6-v2 (`policies.language`) turns ids into token
-features [B, 32, 384] with a cache per distinct instruction, so the text encoder runs once per instruction, not per
+features [B, 24, 384] with a cache per distinct instruction, so the text encoder runs once per instruction, not per
 step: rollouts, PPO epochs and BC epochs all hit the cache, and the cache is exact.
 
-    obs["policy"] [B, T_o, D] float, obs["image"] [B, T_o, V, Hi, Wi, 3] uint8, obs["instruction"] [B, 32] int
+    obs["policy"] [B, T_o, D] float, obs["image"] [B, T_o, V, Hi, Wi, 3] uint8, obs["instruction"] [B, 24] int
         → prefix = VLABackbone(...)  once per decision                  [B, P, W + 1]   (`vla_networks`)
         → K Euler steps of ActionExpert(x, t, prefix)                   [B, H, A]
 

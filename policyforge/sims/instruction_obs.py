@@ -3,7 +3,7 @@ token ids int32 [N, INSTRUCTION_TOKENS] ([CLS] words… [SEP], then [PAD] = 0).
 
 Why token ids, and why here: policies are functions of the observation dict, so PPO's rollout buffers, evaluation,
 behaviour cloning, export and deployment all carry the instruction without knowing about language. Ids are small
-(128 bytes per env step, where MiniLM's token features would be 48 KB) and exact; the policy's frozen text encoder
+(96 bytes per env step, where MiniLM's token features would be 36 KB) and exact; the policy's frozen text encoder
 turns them into features with a cache per distinct instruction (`policies.language`). `make_env` wraps every env
 whose task draws instructions (`VecEnv.instructions()` is not None) in `InstructionObs`; tasks without language are
 untouched. Offline datasets tokenize their `task` text with the same `InstructionTokenizer`, and a deployment its
@@ -27,8 +27,9 @@ from policyforge.sims.vec_env import Obs, StepResult, VecEnv
 
 INSTRUCTION_KEY = "instruction"
 """Observation key of the instruction's token ids."""
-INSTRUCTION_TOKENS = 32
-"""L, token ids per instruction (padded): the arm tasks' longest paraphrase has 16."""
+INSTRUCTION_TOKENS = 24
+"""L, token ids per instruction (padded): arm-instructed's longest instruction has 15 ([CLS] and [SEP] included),
+its mean 10.9; every position is a prefix token, so L is kept near what instructions need."""
 PAD_ID, CLS_ID, SEP_ID = 0, 101, 102
 """[PAD], [CLS] and [SEP] in MiniLM's vocabulary."""
 VOCAB_SIZE = 30522
