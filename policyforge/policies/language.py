@@ -128,7 +128,12 @@ class InstructionEncoder(nn.Module):
         self.cache: dict[bytes, torch.Tensor] = {}
         self.misses = 0
         """Instructions encoded so far (the cache's misses; tests and benches read it)."""
-        object.__setattr__(self, "network", minilm())  # not a submodule: outside state dicts, shared, frozen
+        minilm()  # loaded now, not while a graph is being traced
+
+    @property
+    def network(self) -> MiniLM:
+        """The process's frozen MiniLM: not a submodule, so outside state dicts, and shared by copies (BC's EMA)."""
+        return minilm()
 
     @torch.no_grad()
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -148,3 +148,26 @@ def test_instructed_env_observes_token_ids_and_the_vla_runs_in_it():
             obs = result[0]
     finally:
         env.close()
+
+
+def test_bc_windows_carry_each_episodes_instruction(tmp_path):
+    import numpy as np
+
+    from policyforge.algos.bc import DemoWindows
+    from policyforge.data.dataset import DatasetError, Demonstrations, DemoWriter
+    from policyforge.data.layout import TASKS_PATH
+
+    writer = DemoWriter(tmp_path / "demos", fps=25, state_dim=5, action_dim=3, task_name="arm-instructed")
+    said = ["lift the red cube", "push the blue cube to the left zone", "lift the red cube"]
+    for episode, text in enumerate(said):
+        states = np.full((6, 5), float(episode))  # the episode is readable from its states
+        writer.add_episode(states, np.zeros((6, 3)), np.zeros(6), np.arange(6) == 5, np.zeros(6, bool), None, text)
+    demos = Demonstrations(tmp_path / "demos")
+    windows = DemoWindows(demos, "policy", 1, 4, [], instructions=True)
+    obs, _ = windows.sample(64)
+    expected = tokenizer()([said[int(e)] for e in obs["policy"][:, -1, 0]])
+    assert torch.equal(obs[INSTRUCTION_KEY], expected)
+    assert "instruction" not in DemoWindows(demos, "policy", 1, 4, []).sample(2)[0]  # only for policies reading it
+    (tmp_path / "demos" / TASKS_PATH).unlink()
+    with pytest.raises(DatasetError, match=r"no task instructions \(meta/tasks.parquet"):
+        DemoWindows(Demonstrations(tmp_path / "demos"), "policy", 1, 4, [], instructions=True)
