@@ -179,7 +179,8 @@ class ChunkedPolicy(Policy):
                 continue
             n, cond, net = end - first, conditions[first], self.network(first)
             if n == 1:  # one-step samplers: no stacking
-                t, delta = torch.full_like(cond[:, 0], times[first]), torch.full_like(cond[:, 0], deltas[first])
+                first_column = cond.flatten(1)[:, 0]  # [B] of conditions [B, C] and token sequences [B, P, C]
+                t, delta = torch.full_like(first_column, times[first]), torch.full_like(first_column, deltas[first])
                 features.append(net.condition(t, delta, cond))
                 continue
             batch = cond.shape[0]

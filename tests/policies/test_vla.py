@@ -171,3 +171,29 @@ def test_bc_windows_carry_each_episodes_instruction(tmp_path):
     (tmp_path / "demos" / TASKS_PATH).unlink()
     with pytest.raises(DatasetError, match=r"no task instructions \(meta/tasks.parquet"):
         DemoWindows(Demonstrations(tmp_path / "demos"), "policy", 1, 4, [], instructions=True)
+
+
+@pytest.mark.parametrize("frozen_steps", [1, 3])
+def test_frozen_early_steps_run_the_frozen_copy_of_the_backbone(frozen_steps):
+    """DPPO's trainable_steps on a VLA (segments of one step too): the frozen steps' prefix comes from the frozen
+    copy, so perturbing the trainable weights leaves x_0 … x_frozen unchanged, and rescoring stays exact."""
+    torch.manual_seed(0)
+    policy = tiny_vla()
+    policy.freeze_early_steps(frozen_steps)
+    obs = observations(policy, ["lift the red cube", "push the blue cube to the left zone"])
+    sample = policy.sample(obs)
+    torch.testing.assert_close(policy.log_prob(obs, sample.chain)[0], sample.log_prob, atol=1e-3, rtol=1e-5)
+
+    def chain() -> torch.Tensor:
+        torch.manual_seed(5)
+        with torch.no_grad():
+            return policy.sample(obs).chain
+
+    before = chain()
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    after = chain()
+    assert torch.equal(after[:, : frozen_steps + 1], before[:, : frozen_steps + 1])
+    assert (after[:, frozen_steps + 1 :] - before[:, frozen_steps + 1 :]).abs().mean() > 1e-3
