@@ -99,6 +99,7 @@ class VLAConfig(FlowChainConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_in(self.width, "width", f"[8, {MAX_WIDTH}]")
+        check_in(self.heads, "heads", f"[1, width={self.width}]")
         check(self.width % self.heads == 0, "heads", f"must divide width={self.width}, got {self.heads}")
         check_in(self.prefix_layers, "prefix_layers", f"[1, {MAX_LAYERS}]")
         check_in(self.expert_layers, "expert_layers", f"[1, {MAX_LAYERS}]")
