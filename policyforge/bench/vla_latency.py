@@ -6,6 +6,7 @@ Euler steps; EfficientNet-lite0 image tokens, MiniLM instruction tokens, width 1
 Three ways to take the same K Euler steps (the same actions, checked):
 
     cached        `policy.act`: the prefix once per decision, K expert passes; instruction features from the cache
+                  (`prefix`: the prefix alone; `minilm`: the text encoder alone, what a cache miss costs)
     no prefix     K × (prefix + expert): the prefix recomputed at every step (instruction features still cached)
     no caches     K × (MiniLM + prefix + expert): nothing reused, the "full model" run K times
 
@@ -99,6 +100,8 @@ def main() -> None:
         ms[f"no_caches_b{batch}"] = median_ms(lambda obs=obs: uncached_act(policy, obs, False), calls)
         with torch.no_grad():
             ms[f"prefix_b{batch}"] = median_ms(lambda obs=obs: policy.encode(obs), calls)
+            ids = obs["instruction"].long()
+            ms[f"minilm_b{batch}"] = median_ms(lambda ids=ids: policy.text.network(ids, ids != 0), calls)
     if not args.skip_onnx:
         import onnxruntime
 
@@ -120,7 +123,7 @@ def main() -> None:
     }
     print(f"VLA decision, K={STEPS}, {args.threads} thread(s), median ms over {args.calls} calls (batch 64: fewer)")
     for batch in (1, 64):
-        row = {k: ms[f"{k}_b{batch}"] for k in ("prefix", "cached", "no_prefix_cache", "no_caches")}
+        row = {k: ms[f"{k}_b{batch}"] for k in ("minilm", "prefix", "cached", "no_prefix_cache", "no_caches")}
         print(f"  batch {batch:>2}: " + "  ".join(f"{k} {v:8.2f}" for k, v in row.items()))
     if "onnx_b1" in ms:
         print(f"  onnxruntime, batch 1 (MiniLM inside the graph): {ms['onnx_b1']:.2f} ms, {ms['onnx_mb']:.0f} MB")

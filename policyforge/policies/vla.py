@@ -28,7 +28,7 @@ policy row ids, which the contract does not carry (left for the RL fine-tuning w
 Export: the text encoder goes INSIDE the graph: (state, image, instruction token ids) → action chunk. One
 self-contained file whose inputs are all tensors, checked against `act` like every other policy, and a deployment
 only tokenizes its instruction (a dictionary lookup). The cost is MiniLM's weights in the file (~90 MB) and its
-forward in every decision — measured in bench/vla_prefix_cache.py; a deployment that cannot afford it can run the
+forward in every decision — measured by `policyforge bench vla-latency`; a deployment that cannot afford it runs the
 graph at the rate of the chunks (act_steps) anyway.
 """
 
