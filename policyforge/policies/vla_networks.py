@@ -19,7 +19,6 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from policyforge.policies.denoisers import SinusoidalEmbedding
 from policyforge.policies.efficientnet import EfficientNetLite0, load_pretrained_efficientnet, stage_stride
@@ -52,7 +51,10 @@ class Block(nn.Module):
         x = self.norm1(h)
         keys = x if context is None else torch.cat([context, x], dim=1)
         k, v = self.key_value(keys).chunk(2, dim=-1)
-        attended = F.scaled_dot_product_attention(self._split(self.query(x)), self._split(k), self._split(v), bias)
+        q, k, v = self._split(self.query(x)), self._split(k), self._split(v)
+        # written out rather than F.scaled_dot_product_attention: MeanFlow's jvp needs forward-mode AD through it
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias).softmax(dim=-1)
+        attended = weights @ v
         h = h + self.out(attended.transpose(1, 2).flatten(2))
         return h + self.mlp(self.norm2(h))
 

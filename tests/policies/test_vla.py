@@ -197,3 +197,26 @@ def test_frozen_early_steps_run_the_frozen_copy_of_the_backbone(frozen_steps):
     after = chain()
     assert torch.equal(after[:, : frozen_steps + 1], before[:, : frozen_steps + 1])
     assert (after[:, frozen_steps + 1 :] - before[:, frozen_steps + 1 :]).abs().mean() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"variant": "shortcut", "steps": 2},
+        {"variant": "meanflow", "steps": 1},  # its target is a jvp through the expert's attention
+        {"chain_noise": "sde", "stochastic_steps": "one"},
+    ],
+    ids=["shortcut", "meanflow", "sde_one_step"],
+)
+def test_the_flow_policys_variants_and_chains_run_on_the_vla(options):
+    torch.manual_seed(0)
+    policy = tiny_vla(**options)
+    obs = observations(policy, ["lift the red cube", "push the blue cube to the left zone"] * 4)
+    policy.train()
+    loss = policy.bc_loss(obs, torch.rand(8, 4, 3) * 2 - 1)
+    loss.backward()
+    assert torch.isfinite(loss) and policy.denoiser.action_out.weight.grad.abs().sum() > 0
+    policy.eval()
+    sample = policy.sample(obs)
+    torch.testing.assert_close(policy.log_prob(obs, sample.chain)[0], sample.log_prob, atol=1e-3, rtol=1e-5)
+    assert torch.equal(policy.act(obs), policy.sample(obs, noise_scale=0.0).action)
