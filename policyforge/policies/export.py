@@ -47,6 +47,10 @@ from policyforge.policies.export_description import (
 )
 from policyforge.policies.export_inputs import checked_session, checked_torchscript, torchscript_error
 from policyforge.policies.residual import BASE_ACTION_KEY, ResidualPolicy
+from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, PAD_ID, SEP_ID, VOCAB_SIZE
+
+WORD_IDS = (1000, VOCAB_SIZE)
+"""Ids of ordinary WordPiece tokens (below 1000: [PAD], [unused…], [CLS], [SEP], [MASK], single characters)."""
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +201,8 @@ def run_exported(path: Path, policy: Policy, obs: Obs) -> np.ndarray:
 def check_observations(policy: Policy, batch: int = 256) -> Obs:
     """Observations to check an export with, spread like the training data: the state drawn from the
     normaliser's statistics (zeros-centred unit noise without one), images uniform over 0-255, a per-step
-    residual's base action uniform over [-1, 1]. Seeded: the same policy gets the same observations."""
+    residual's base action uniform over [-1, 1], a VLA's instructions random token sequences. Seeded: the same
+    policy gets the same observations."""
     generator = torch.Generator().manual_seed(0)
     obs = policy.example_obs(batch)
     for key, example in obs.items():
@@ -205,12 +210,24 @@ def check_observations(policy: Policy, batch: int = 256) -> Obs:
             obs[key] = torch.randint(0, 256, example.shape, generator=generator, dtype=torch.uint8)
         elif key == BASE_ACTION_KEY:
             obs[key] = torch.rand(example.shape, generator=generator) * 2 - 1
+        elif key == INSTRUCTION_KEY:
+            obs[key] = random_instructions(len(example), example.shape[1], generator)
         elif key == policy.obs_key:
             obs[key] = torch.randn(example.shape, generator=generator)
             normalizer = getattr(policy, "normalizer", None)
             if normalizer is not None and normalizer.enabled:
                 obs[key] = normalizer.mean.float() + normalizer.var.sqrt().float() * obs[key]
     return obs
+
+
+def random_instructions(batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """Token ids int32 [batch, length] of random instructions: [CLS], 1 to length − 2 random word ids, [SEP], then
+    [PAD] (an export's check runs the text encoder inside the graph on many instructions, not one)."""
+    ids = torch.randint(WORD_IDS[0], WORD_IDS[1], (batch, length), generator=generator, dtype=torch.int32)
+    words = torch.randint(1, length - 1, (batch, 1), generator=generator)
+    position = torch.arange(length)[None]
+    ids = torch.where(position == 0, CLS_ID, torch.where(position == words + 1, SEP_ID, ids))
+    return torch.where(position > words + 1, PAD_ID, ids).to(torch.int32)
 
 
 def run_metadata(config: Any, env: Any) -> dict[str, Any]:

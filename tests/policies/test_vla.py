@@ -220,3 +220,23 @@ def test_the_flow_policys_variants_and_chains_run_on_the_vla(options):
     sample = policy.sample(obs)
     torch.testing.assert_close(policy.log_prob(obs, sample.chain)[0], sample.log_prob, atol=1e-3, rtol=1e-5)
     assert torch.equal(policy.act(obs), policy.sample(obs, noise_scale=0.0).action)
+
+
+def test_checked_export_runs_the_text_encoder_inside_the_graph(tmp_path):
+    """`policyforge export`'s path: checked on many random instructions, the description names the input, and the
+    graph refuses instruction ids of another dtype by name."""
+    from policyforge.policies.export import check_observations, export_checked, load_exported
+    from policyforge.policies.export_description import load_description
+
+    torch.manual_seed(0)
+    policy = tiny_vla()
+    obs = check_observations(policy, 64)
+    assert len(torch.unique(obs[INSTRUCTION_KEY], dim=0)) > 50
+    path = tmp_path / "policy.pt"
+    assert export_checked(policy, path, "torchscript", obs) <= policy.export_tolerance
+    entry = load_description(path)["observation"]["instruction"]
+    assert entry["dtype"] == "int32" and entry["shape"] == ["B", INSTRUCTION_TOKENS] and "inside" in entry["values"]
+    run = load_exported(path)
+    arrays = [obs[key][:2].numpy() for key in policy.obs_keys]
+    with pytest.raises(ValueError, match=r"input 'instruction' must be \[B, 24\] int32"):
+        run(*arrays[:2], arrays[2].astype("int64"))
