@@ -147,14 +147,16 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
 @contextlib.contextmanager
 def _quiet_onnx_exporter() -> Iterator[None]:
     """torch's ONNX exporter without its notes to the user about torch's own internals ("torchvision is not
-    installed. Skipping torchvision::nms", a pytree FutureWarning): they concern no policy, and an export's result
-    is checked against `act` anyway. Its errors still raise and log."""
+    installed. Skipping torchvision::nms", a pytree FutureWarning, batch axes merged): they concern no policy, and
+    an export's result is checked against `act` anyway. Its errors still raise and log."""
     exporter_log = logging.getLogger("torch.onnx")
     level = exporter_log.level
     exporter_log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"(torch|copyreg)")
+            # graphs of several inputs share one batch axis: torch notes that it merged their names
+            warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
             yield
     finally:
         exporter_log.setLevel(level)
