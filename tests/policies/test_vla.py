@@ -263,3 +263,21 @@ def test_bc_learns_actions_that_only_the_instruction_tells_apart():
         optimizer.step()
     policy.eval()
     assert (policy.act(obs) - target).abs().mean() < 0.15
+
+
+def test_an_instructed_task_runs_without_the_vla_extra(monkeypatch):
+    """Without the tokenizer an instructed env observes no token ids (state policies need none), and a VLA
+    refuses it by name."""
+    from policyforge.sims import instruction_obs
+    from policyforge.sims.config import SimConfig
+    from policyforge.sims.make import make_env
+
+    monkeypatch.setattr(instruction_obs, "tokenizer_installed", lambda: False)
+    env = make_env(SimConfig(task="arm-instructed", num_envs=1))
+    try:
+        assert INSTRUCTION_KEY not in env.obs_shapes and env.instructions()
+        spec = EnvSpec({**env.obs_shapes, "image": IMAGE_SHAPE}, env.action_dim)
+        with pytest.raises(ConfigError, match=r"obs\['instruction'\].*`vla` extra"):
+            VLAConfig(**TINY).build(spec)
+    finally:
+        env.close()
