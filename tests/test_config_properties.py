@@ -131,6 +131,18 @@ POLICIES: dict[str, dict[str, Any]] = {
     "diffusion": RESIDUAL_BASE_DIFFUSION,
     "flow": {"class": "flow", **CHUNKED, "steps": 3, "noise_hidden": [16]},
     "residual": {"class": "residual", "hidden": [16], "base": RESIDUAL_BASE_DIFFUSION},
+    "vla": {
+        "class": "vla",
+        "chunk": {"horizon": 2, "act_steps": 2},
+        "steps": 3,
+        "noise_hidden": [16],
+        "width": 16,
+        "heads": 2,
+        "prefix_layers": 1,
+        "expert_layers": 1,
+        "time_dim": 8,
+        "vision": {"encoder": "scratch", "scratch_channels": 8},
+    },
 }
 """Each policy class's small section."""
 ALGOS: dict[str, dict[str, Any]] = {
@@ -167,6 +179,15 @@ BASES: dict[str, dict[str, Any]] = {
         "algo": {**ALGOS["ppo"], "advantage": "grpo", "group_size": 2, "rollout_steps": 8},
     },
     "ppo-residual": {"algo": ALGOS["ppo"], "policy": POLICIES["residual"]},
+    "ppo-vla": {  # a VLA reads images and instructions: the instructed arm, one small camera
+        "algo": ALGOS["ppo"],
+        "policy": POLICIES["vla"],
+        "sim": {
+            "task": "arm-instructed",
+            "task_options": {"episode_seconds": 0.2},
+            "image": {"cameras": ["front"], "width": 16, "height": 16},
+        },
+    },
     "sac": {"algo": ALGOS["sac"], "policy": {**POLICIES["gaussian"], "squash": True, "state_dependent_std": True}},
     "bc-gaussian": {"algo": ALGOS["bc"], "policy": POLICIES["gaussian"]},
     "bc-diffusion": {"algo": ALGOS["bc"], "policy": POLICIES["diffusion"]},
@@ -228,6 +249,7 @@ def bases_for(leaf: Leaf) -> list[str]:
         "diffusion": ["ppo-diffusion", "ppo-dppo", "bc-diffusion"],
         "flow": ["ppo-flow", "ppo-flow-grpo", "bc-flow"],
         "residual": ["ppo-residual"],
+        "vla": ["ppo-vla"],
     }
     if leaf.policy:
         return by_policy[leaf.policy]

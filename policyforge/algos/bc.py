@@ -24,6 +24,7 @@ from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.data.layout import ACTION, STATE
 from policyforge.policies.base import IMAGE_KEY, Obs, Policy
+from policyforge.sims.instruction_obs import INSTRUCTION_KEY
 from policyforge.sims.vec_env import VecEnv
 
 if TYPE_CHECKING:
@@ -86,7 +87,10 @@ class DemoWindows:
         horizon: int,
         cameras: list[str],
         max_episodes: int = 0,
+        instructions: bool = False,
     ):
+        """`instructions`: give each window its episode's instruction as token ids (`obs["instruction"]`, from
+        the dataset's `task`), for policies that read it (a VLA); DatasetError when the dataset has none."""
         bounds = demos.episode_bounds[: max_episodes or None]
         self.obs_key, self.n_obs_steps, self.horizon = obs_key, n_obs_steps, horizon
         self.states = torch.as_tensor(demos.column(STATE), dtype=torch.float32)
@@ -95,6 +99,7 @@ class DemoWindows:
         if cameras:
             self.images = torch.as_tensor(np.stack([demos.images(camera) for camera in cameras], axis=1))
         lengths = bounds[:, 1] - bounds[:, 0]
+        self.instructions = instruction_ids(demos) if instructions else None
         self.frames = torch.as_tensor(np.concatenate([np.arange(a, b) for a, b in bounds]))
         self.first = torch.as_tensor(np.repeat(bounds[:, 0], lengths))
         self.last = torch.as_tensor(np.repeat(bounds[:, 1] - 1, lengths))
@@ -115,7 +120,25 @@ class DemoWindows:
             obs[IMAGE_KEY] = self.images[obs_index]
         if not self.n_obs_steps:
             obs = {k: v[:, 0] for k, v in obs.items()}
+        if self.instructions is not None:  # fixed within an episode: no history axis
+            obs[INSTRUCTION_KEY] = self.instructions[frame[:, 0]]
         return obs, self.actions[action_index]
+
+
+def instruction_ids(demos: Demonstrations) -> torch.Tensor:
+    """Each frame's instruction (its episode's `task`) as token ids int32 [N, L] (`sims.instruction_obs`)."""
+    from policyforge.sims.instruction_obs import tokenizer
+
+    if not demos.tasks:
+        raise DatasetError(
+            f"{demos.root} has no task instructions (meta/tasks.parquet, LeRobot's `task`): a policy that reads "
+            "obs['instruction'] learns from instructed demonstrations, e.g. `policyforge collect arm-instructed`"
+        )
+    try:
+        ids = tokenizer()(demos.tasks)
+    except ValueError as err:  # an empty or overlong instruction
+        raise DatasetError(f"{demos.root}: task {err}") from None
+    return ids[torch.as_tensor(demos.column("task_index").astype(np.int64))]
 
 
 class BC(Algorithm):
@@ -230,7 +253,15 @@ def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[
 def demo_windows(policy: Policy, demos: Demonstrations, config: BCConfig, cameras: list[str]) -> DemoWindows:
     """Training windows shaped for `policy` (its history length and chunk)."""
     try:
-        windows = DemoWindows(demos, policy.obs_key, policy.n_obs_steps, policy.chunk_len, cameras, config.max_episodes)
+        windows = DemoWindows(
+            demos,
+            policy.obs_key,
+            policy.n_obs_steps,
+            policy.chunk_len,
+            cameras,
+            config.max_episodes,
+            instructions=INSTRUCTION_KEY in policy.obs_keys,
+        )
     except DatasetError as err:  # e.g. a video that does not decode
         raise ConfigError("algo.dataset", str(err)) from None
     if len(windows) == 0:

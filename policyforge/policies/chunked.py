@@ -75,19 +75,25 @@ class ChunkedPolicy(Policy):
         state_dim: int,
         action_dim: int,
         chunk: ChunkConfig,
-        encoder: EncoderConfig,
-        denoiser: DenoiserConfig,
+        encoder: EncoderConfig | nn.Module,
+        denoiser: DenoiserConfig | nn.Module,
         obs_key: str = "policy",
         image_shape: tuple[int, ...] | None = None,
     ):
+        """`encoder` and `denoiser`: configs of the standard networks, or networks built by a subclass (the VLA's
+        prefix model and action expert) with the same interface (`out_dim`, `normalizer`; condition / decode)."""
         super().__init__()
         self.obs_key, self.action_dim = obs_key, action_dim
         self.chunk_len, self.act_steps, self.n_obs_steps = chunk.horizon, chunk.act_steps, chunk.n_obs_steps
         self.state_dim, self.image_shape = state_dim, tuple(image_shape) if image_shape else None
-        self.encoder = ObservationEncoder(encoder, state_dim, chunk.n_obs_steps, self.image_shape)
-        self.denoiser = build_denoiser(denoiser, chunk.horizon, action_dim, self.encoder.out_dim)
-        if denoiser.kind == "unet":  # onnxruntime's convolutions round differently; the sampler's steps amplify it
-            self.export_tolerance = 1e-3
+        if not isinstance(encoder, nn.Module):
+            encoder = ObservationEncoder(encoder, state_dim, chunk.n_obs_steps, self.image_shape)
+        self.encoder = encoder
+        if not isinstance(denoiser, nn.Module):
+            if denoiser.kind == "unet":  # onnxruntime's convolutions round differently; sampler steps amplify it
+                self.export_tolerance = 1e-3
+            denoiser = build_denoiser(denoiser, chunk.horizon, action_dim, self.encoder.out_dim)
+        self.denoiser = denoiser
         self.base: nn.ModuleDict | None = None
         self.frozen_steps = 0
         """Sampling steps run by the frozen copy in `base` (the first ones)."""
@@ -137,7 +143,8 @@ class ChunkedPolicy(Policy):
         return {"encoder": self.encoder, "denoiser": self.denoiser}
 
     def encode(self, obs: Obs, frozen: bool = False) -> torch.Tensor:
-        """Condition [B, C] from the observation history (with the frozen copy's encoder if `frozen`)."""
+        """Condition [B, C] from the observation history (with the frozen copy's encoder if `frozen`); a subclass
+        may condition on a token sequence [B, P, C] instead (the VLA's prefix), batch first either way."""
         state = obs[self.obs_key]
         state = state[:, None] if state.dim() == 2 else state
         check(
@@ -157,7 +164,7 @@ class ChunkedPolicy(Policy):
     def initial_latent(self, cond: torch.Tensor, noise_scale: float) -> torch.Tensor:
         """The chain's start [B, H, A]: N(0, noise_scale²·I), all zeros without noise. Shapes come from `cond`
         [B, C] so that exported graphs keep a free batch size."""
-        zeros = cond[:, :1, None].expand(-1, self.chunk_len, self.action_dim) * 0
+        zeros = cond.flatten(1)[:, :1, None].expand(-1, self.chunk_len, self.action_dim) * 0
         return zeros + noise_scale * torch.randn_like(zeros) if noise_scale else zeros
 
     def step_features(
@@ -172,14 +179,16 @@ class ChunkedPolicy(Policy):
                 continue
             n, cond, net = end - first, conditions[first], self.network(first)
             if n == 1:  # one-step samplers: no stacking
-                t, delta = torch.full_like(cond[:, 0], times[first]), torch.full_like(cond[:, 0], deltas[first])
+                first_column = cond.flatten(1)[:, 0]  # [B] of conditions [B, C] and token sequences [B, P, C]
+                t, delta = torch.full_like(first_column, times[first]), torch.full_like(first_column, deltas[first])
                 features.append(net.condition(t, delta, cond))
                 continue
             batch = cond.shape[0]
             t = cond.new_tensor(times[first:end])[:, None].expand(n, batch).reshape(-1)
             delta = cond.new_tensor(deltas[first:end])[:, None].expand(n, batch).reshape(-1)
-            stacked = cond[None].expand(n, *cond.shape).reshape(n * batch, cond.shape[1])
-            features += list(net.condition(t, delta, stacked).view(n, batch, -1).unbind(0))
+            stacked = cond[None].expand(n, *cond.shape).reshape(n * batch, *cond.shape[1:])
+            stacked_features = net.condition(t, delta, stacked)
+            features += list(stacked_features.view(n, batch, *stacked_features.shape[1:]).unbind(0))
         return features
 
     def trainable_transitions(

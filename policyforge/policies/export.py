@@ -47,6 +47,10 @@ from policyforge.policies.export_description import (
 )
 from policyforge.policies.export_inputs import checked_session, checked_torchscript, torchscript_error
 from policyforge.policies.residual import BASE_ACTION_KEY, ResidualPolicy
+from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, PAD_ID, SEP_ID, VOCAB_SIZE
+
+WORD_IDS = (1000, VOCAB_SIZE)
+"""Ids of ordinary WordPiece tokens (below 1000: [PAD], [unused…], [CLS], [SEP], [MASK], single characters)."""
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +90,14 @@ def input_names(policy: Policy) -> list[str]:
 
 
 class ActGraph(nn.Module):
-    """`policy.act` on bare tensors: (obs [B, ...], image? [B, ...]) → actions [B, H, A]."""
+    """`policy.act` on bare tensors, one per observation key in `policy.obs_keys` order: (obs [B, ...], then the
+    image, the base action of a per-step residual, the instruction of a VLA …) → actions [B, H, A]."""
 
     def __init__(self, policy: Policy):
         super().__init__()
         self.policy, self.keys = policy, input_names(policy)
 
-    def forward(self, obs: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
-        """`extra`: the image of image policies, the base action of per-step residuals."""
-        inputs = (obs,) if extra is None else (obs, extra)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.policy.act(dict(zip(self.keys, inputs, strict=True)))
 
 
@@ -129,7 +132,7 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
                     dynamo=True,
                     input_names=names,
                     output_names=["action"],
-                    dynamic_shapes=tuple({0: batch} for _ in example),
+                    dynamic_shapes=(tuple({0: batch} for _ in example),),  # forward(*inputs): one tuple
                     external_data=False,  # one self-contained file (weights inside), whatever the temp file's name
                     verbose=False,
                 )
@@ -144,14 +147,16 @@ def export(policy: Policy, path: Path, fmt: Format, metadata: dict[str, Any] | N
 @contextlib.contextmanager
 def _quiet_onnx_exporter() -> Iterator[None]:
     """torch's ONNX exporter without its notes to the user about torch's own internals ("torchvision is not
-    installed. Skipping torchvision::nms", a pytree FutureWarning): they concern no policy, and an export's result
-    is checked against `act` anyway. Its errors still raise and log."""
+    installed. Skipping torchvision::nms", a pytree FutureWarning, batch axes merged): they concern no policy, and
+    an export's result is checked against `act` anyway. Its errors still raise and log."""
     exporter_log = logging.getLogger("torch.onnx")
     level = exporter_log.level
     exporter_log.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"(torch|copyreg)")
+            # graphs of several inputs share one batch axis: torch notes that it merged their names
+            warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
             yield
     finally:
         exporter_log.setLevel(level)
@@ -198,7 +203,8 @@ def run_exported(path: Path, policy: Policy, obs: Obs) -> np.ndarray:
 def check_observations(policy: Policy, batch: int = 256) -> Obs:
     """Observations to check an export with, spread like the training data: the state drawn from the
     normaliser's statistics (zeros-centred unit noise without one), images uniform over 0-255, a per-step
-    residual's base action uniform over [-1, 1]. Seeded: the same policy gets the same observations."""
+    residual's base action uniform over [-1, 1], a VLA's instructions random token sequences. Seeded: the same
+    policy gets the same observations."""
     generator = torch.Generator().manual_seed(0)
     obs = policy.example_obs(batch)
     for key, example in obs.items():
@@ -206,12 +212,24 @@ def check_observations(policy: Policy, batch: int = 256) -> Obs:
             obs[key] = torch.randint(0, 256, example.shape, generator=generator, dtype=torch.uint8)
         elif key == BASE_ACTION_KEY:
             obs[key] = torch.rand(example.shape, generator=generator) * 2 - 1
+        elif key == INSTRUCTION_KEY:
+            obs[key] = random_instructions(len(example), example.shape[1], generator)
         elif key == policy.obs_key:
             obs[key] = torch.randn(example.shape, generator=generator)
             normalizer = getattr(policy, "normalizer", None)
             if normalizer is not None and normalizer.enabled:
                 obs[key] = normalizer.mean.float() + normalizer.var.sqrt().float() * obs[key]
     return obs
+
+
+def random_instructions(batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """Token ids int32 [batch, length] of random instructions: [CLS], 1 to length − 2 random word ids, [SEP], then
+    [PAD] (an export's check runs the text encoder inside the graph on many instructions, not one)."""
+    ids = torch.randint(WORD_IDS[0], WORD_IDS[1], (batch, length), generator=generator, dtype=torch.int32)
+    words = torch.randint(1, length - 1, (batch, 1), generator=generator)
+    position = torch.arange(length)[None]
+    ids = torch.where(position == 0, CLS_ID, torch.where(position == words + 1, SEP_ID, ids))
+    return torch.where(position > words + 1, PAD_ID, ids).to(torch.int32)
 
 
 def run_metadata(config: Any, env: Any) -> dict[str, Any]:

@@ -38,7 +38,7 @@ SCHEMA = "policyforge-export/2"
 HISTORY_ORDER = "oldest_first"
 EPISODE_START = "repeat_first"
 FORMAT_OF_SUFFIX = {".onnx": "onnx", ".pt": "torchscript"}
-GRAPH_INPUT = {IMAGE_KEY: "image", BASE_ACTION_KEY: "base_action"}
+GRAPH_INPUT = {IMAGE_KEY: "image", BASE_ACTION_KEY: "base_action", "instruction": "instruction"}
 """Graph input name of each observation key; the policy's state is called "obs"."""
 RUNTIME = {
     "onnx": "ONNX, weights inside the file; feed the inputs by name (onnxruntime: session.run(None, {name: "
@@ -97,6 +97,12 @@ def describe(
             entry["values"] = (
                 "this step's action of the base policy in [-1, 1]: run the graph named by `base` as its own "
                 "description says (its chunks, history and act_steps) and take the action it executes now"
+            )
+        elif key == "instruction":
+            entry["axes"] = ["batch", "token"]
+            entry["values"] = (
+                "the instruction's token ids: all-MiniLM-L6-v2 WordPiece, [CLS]=101 … [SEP]=102 then [PAD]=0 "
+                "(policyforge.sims.instruction_obs.InstructionTokenizer); the text encoder is inside the graph"
             )
         observation[GRAPH_INPUT.get(key, "obs")] = entry
     return {

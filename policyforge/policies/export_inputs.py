@@ -20,8 +20,10 @@ ORT_DTYPES = {
     "tensor(uint8)": "uint8",
     "tensor(double)": "float64",
     "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
 }
-"""numpy dtype of each onnxruntime input type (the graphs here take float32 states and uint8 images)."""
+"""numpy dtype of each onnxruntime input type (the graphs here take float32 states, uint8 images and a VLA's int32
+instruction token ids)."""
 
 
 def expected_text(name: str, shape: List[int], dtype: str) -> str:  # noqa: UP006
@@ -73,12 +75,35 @@ class CheckedPair(nn.Module):
         return self.graph(obs, extra)
 
 
+class CheckedTriple(nn.Module):
+    """A traced graph of three inputs (a VLA's state, images and instruction), all checked first."""
+
+    def __init__(self, graph: nn.Module, examples: List[torch.Tensor], names: List[str]):  # noqa: UP006
+        super().__init__()
+        self.graph = graph
+        self.shapes = [list(example.shape[1:]) for example in examples]
+        self.dtype0, self.dtype1, self.dtype2 = (example.dtype for example in examples)  # TorchScript: no List[dtype]
+        self.expected = [
+            expected_text(name, list(example.shape[1:]), str(example.dtype)[6:])
+            for name, example in zip(names, examples, strict=True)
+        ]
+
+    def forward(self, obs: torch.Tensor, second: torch.Tensor, third: torch.Tensor) -> torch.Tensor:
+        _check(obs, self.shapes[0], self.dtype0, self.expected[0])
+        _check(second, self.shapes[1], self.dtype1, self.expected[1])
+        _check(third, self.shapes[2], self.dtype2, self.expected[2])
+        return self.graph(obs, second, third)
+
+
 def checked_torchscript(traced: nn.Module, examples: list[torch.Tensor], names: list[str]) -> torch.jit.ScriptModule:
     """The traced graph `traced` behind a scripted check of its inputs, frozen (what `torch.jit.save` writes)."""
+    wrappers = {1: CheckedState, 2: CheckedPair, 3: CheckedTriple}
+    if len(examples) not in wrappers:
+        raise ValueError(f"graphs of {len(examples)} inputs ({names}) have no input check; 1-3 do")
     if len(examples) == 1:
         wrapper: nn.Module = CheckedState(traced, examples[0], names[0])
     else:
-        wrapper = CheckedPair(traced, examples, names)
+        wrapper = wrappers[len(examples)](traced, examples, names)
     return torch.jit.freeze(torch.jit.script(wrapper.eval()))
 
 

@@ -48,19 +48,15 @@ MAX_STEPS = 1000
 """Most integration steps (flow policies sample in 1-10)."""
 
 
-@register_policy("flow")
 @dataclasses.dataclass
-class FlowConfig(PolicyConfig):
-    """A flow-matching policy."""
+class FlowChainConfig(PolicyConfig):
+    """What every flow-matching policy shares, whatever its networks (the flow policy's, the VLA's): chunks, the
+    flow variant, the integration steps and the RL chain."""
 
     steps_field = "steps"
 
     chunk: ChunkConfig = dataclasses.field(default_factory=ChunkConfig)
     """Observation history and action chunks."""
-    encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
-    """Observation encoder."""
-    denoiser: DenoiserConfig = dataclasses.field(default_factory=DenoiserConfig)
-    """Velocity network."""
     variant: FlowVariant = "rectified"
     """`rectified` flow, `shortcut` model or `meanflow`: how the network is trained and how it takes big steps."""
     steps: int = 10
@@ -97,6 +93,17 @@ class FlowConfig(PolicyConfig):
             f"must be in [0, 1), got {self.consistency_fraction}",
         )
 
+
+@register_policy("flow")
+@dataclasses.dataclass
+class FlowConfig(FlowChainConfig):
+    """A flow-matching policy."""
+
+    encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
+    """Observation encoder."""
+    denoiser: DenoiserConfig = dataclasses.field(default_factory=DenoiserConfig)
+    """Velocity network."""
+
     def build(self, env: EnvSpec) -> FlowPolicy:
         return FlowPolicy(env.state_dim, env.action_dim, self, image_shape=env.obs_shapes.get(IMAGE_KEY))
 
@@ -127,11 +134,17 @@ class FlowPolicy(ChunkedPolicy):
         self,
         state_dim: int,
         action_dim: int,
-        config: FlowConfig,
+        config: FlowChainConfig,
         obs_key: str = "policy",
         image_shape: tuple[int, ...] | None = None,
+        networks: tuple[nn.Module, nn.Module] | None = None,
     ):
-        super().__init__(state_dim, action_dim, config.chunk, config.encoder, config.denoiser, obs_key, image_shape)
+        """`networks`: (encoder, velocity network) built by a subclass (the VLA's); by default the `encoder` and
+        `denoiser` of a FlowConfig. The chain (ReinFlow noise network, Flow-SDE) is the same either way."""
+        if networks is None:
+            assert isinstance(config, FlowConfig)
+            networks = (config.encoder, config.denoiser)
+        super().__init__(state_dim, action_dim, config.chunk, *networks, obs_key, image_shape)
         self.config = config
         self.noise_net = None
         if config.chain_noise == "reinflow":
@@ -149,6 +162,11 @@ class FlowPolicy(ChunkedPolicy):
             # a frozen copy, not a fixed std: freezing keeps the chain's law, and PPO never sees frozen densities move
             modules["noise_net"] = self.noise_net
         return modules
+
+    def noise_condition(self, cond: torch.Tensor) -> torch.Tensor:
+        """What the ReinFlow noise network reads of a condition: [B, encoder.out_dim] (the condition itself here;
+        a summary of a token sequence for a policy that conditions on one)."""
+        return cond
 
     def velocity(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, net: nn.Module) -> torch.Tensor:
         """Velocity [B, H, A] used for a step of Δ = 1/K from time t [B] (average velocity for shortcut/MeanFlow)."""
@@ -169,7 +187,7 @@ class FlowPolicy(ChunkedPolicy):
         dt = 1.0 / self.steps
         if self.noise_net is not None:
             noise_net = self.noise_net if step is None else self.network(step, "noise_net")
-            std = noise_scale * noise_net(x, t, cond) if noise_scale else torch.zeros_like(x)
+            std = noise_scale * noise_net(x, t, self.noise_condition(cond)) if noise_scale else torch.zeros_like(x)
             return x + velocity * dt, std
         s = (1.0 - t).clamp(max=1.0 - dt)[:, None, None]  # noise level; s = 1 has no finite σ
         sigma = noise_scale * self.config.sde_noise_level * (s / (1 - s)).sqrt()

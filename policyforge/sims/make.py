@@ -24,7 +24,14 @@ def make_task(name: str, options: dict[str, Any] | None = None) -> Task:
 
 
 def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
-    """The VecEnv a `SimConfig` describes, reset with `seed`."""
+    """The VecEnv a `SimConfig` describes, reset with `seed`; a task that draws instructions also observes them as
+    token ids (`obs["instruction"]`, `instruction_obs.InstructionObs`)."""
+    from policyforge.sims.instruction_obs import with_instructions
+
+    return with_instructions(_make_env(config, seed))
+
+
+def _make_env(config: SimConfig, seed: int) -> VecEnv:
     if config.task.startswith("gym:"):
         from policyforge.sims.gym_env import GymVecEnv
 

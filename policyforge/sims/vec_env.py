@@ -21,7 +21,8 @@ limits, episode statistics and counter resets; `check_step_result` checks a step
 Language: tasks that take an instruction (`Task.instructions` is not None, e.g. `arm-instructed`) draw one per
 episode at reset; `env.instructions()` returns the instruction of every env's current episode as a list of N
 Python strings (the episode `obs` belongs to: after a step, the new episode's in rows that auto-reset), and None
-for tasks without language. Strings stay out of `obs` (tensors only) and `info`; a caller that needs the
+for tasks without language. Strings stay out of `obs` (tensors only) and `info`; `make_env` adds the instruction's
+token ids as `obs["instruction"]` int32 [N, L] (`instruction_obs`). A caller that needs the
 instruction of an episode that just ended reads `instructions()` before the step (it is fixed within an episode).
 """
 
@@ -275,7 +276,8 @@ def check_step_result(env: VecEnv, result: StepResult) -> None:
         if set(value) != set(env.obs_shapes):
             raise ValueError(f"{name} has keys {sorted(value)}, env.obs_shapes declares {sorted(env.obs_shapes)}")
         for key, shape in env.obs_shapes.items():
-            check(f"{name}[{key!r}]", value[key], torch.uint8 if key == "image" else torch.float32, (n, *shape))
+            dtype = {"image": torch.uint8, "instruction": torch.int32}.get(key, torch.float32)
+            check(f"{name}[{key!r}]", value[key], dtype, (n, *shape))
 
     check_obs("obs", obs)
     check("reward", reward, torch.float32, (n,))

