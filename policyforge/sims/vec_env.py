@@ -105,6 +105,10 @@ class SimulationError(RuntimeError):
         super().__init__(f"simulation failed in env {shown}: {cause}")
 
 
+OBS_DTYPES = {"image": torch.uint8, "instruction": torch.int32}
+"""Observation entries that are not float32: camera images, an instruction's token ids."""
+
+
 class VecEnv(abc.ABC):
     """N environments stepped together; see the module docstring for the contract."""
 
@@ -276,7 +280,7 @@ def check_step_result(env: VecEnv, result: StepResult) -> None:
         if set(value) != set(env.obs_shapes):
             raise ValueError(f"{name} has keys {sorted(value)}, env.obs_shapes declares {sorted(env.obs_shapes)}")
         for key, shape in env.obs_shapes.items():
-            dtype = {"image": torch.uint8, "instruction": torch.int32}.get(key, torch.float32)
+            dtype = OBS_DTYPES.get(key, torch.float32)
             check(f"{name}[{key!r}]", value[key], dtype, (n, *shape))
 
     check_obs("obs", obs)

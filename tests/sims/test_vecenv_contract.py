@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from policyforge.sims import TASKS, SimConfig, make_env
+from policyforge.sims.vec_env import OBS_DTYPES
 
 N = 4
 ALL_TASKS = [*TASKS, "gym:InvertedPendulum-v5"]
@@ -32,7 +33,7 @@ def test_shapes_and_dtypes(task):
     obs = env.reset(seed=1)
     assert set(obs) >= {"policy", "critic"}
     for key, value in obs.items():
-        assert value.dtype == torch.float32 and tuple(value.shape) == (N, *env.obs_shapes[key])
+        assert value.dtype == OBS_DTYPES.get(key, torch.float32) and tuple(value.shape) == (N, *env.obs_shapes[key])
     obs, reward, terminated, truncated, info = env.step(torch.rand(N, env.action_dim) * 2 - 1)
     assert reward.shape == (N,) and reward.dtype == torch.float32
     assert terminated.dtype == torch.bool and truncated.dtype == torch.bool
