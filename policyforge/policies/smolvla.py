@@ -34,20 +34,26 @@ already in [-1, 1] and the state goes through the policy's own running normalise
 policyforge policy. A released checkpoint was trained with its dataset's statistics: fine-tune it on our tasks
 (BC, then PPO) rather than expecting zero-shot actions.
 
-Real weights: one config line, `pretrained: lerobot/smolvla_base` (a hub id, needs the network once) or a local
-directory of a saved SmolVLA (config.json + model.safetensors). The policy then keeps the checkpoint's networks and
-sets chunk_size = chunk.horizon and num_steps = steps; our cameras are fed to its image features in order. Without
-`pretrained`, SmolVLA is built from `vlm_model_name` (a SmolVLM config + processor, `load_vlm_weights` to load its
-weights too); the tests build a 0.2M-parameter one offline (tests/policies/test_smolvla.py: write_tiny_smolvlm).
+Real weights: one config line, `pretrained: lerobot/smolvla_base` (a hub id) or a local directory of a saved
+SmolVLA (config.json + model.safetensors; tested with one saved by lerobot's `save_pretrained`). The policy keeps the
+checkpoint's networks and sets chunk_size = chunk.horizon and num_steps = steps; our cameras feed its image features
+in order. A hub id was not tried here (no hub access): a first load needs the network for the checkpoint and for its
+vlm_model_name's config and processor (then the Hugging Face cache, or HF_HUB_OFFLINE=1). Without `pretrained`,
+SmolVLA is built from `vlm_model_name` (a SmolVLM config + processor; `load_vlm_weights` loads its weights too); the
+tests build a 0.2M-parameter one offline (tests/policies/test_smolvla.py: write_tiny_smolvlm).
 
-π0 / π0.5 (lerobot's PI0Policy, PI05Policy): not wrapped, and nothing here tests them. Blocks: `PI0Config` offers
-only paligemma_variant / action_expert_variant ∈ {gemma_300m, gemma_2b}, with the 257,152-token vocabulary and the
-projection widths hard-coded, so the smallest π0 has ~3B random parameters (~12 GB of float32 weights, and Adam
-needs 3× that: beyond this 2-core CPU machine), and it wants a patched transformers (lerobot's pi0 docs: `pip install
-transformers@<their fork>`). Its sampler has the same structure as SmolVLA's (prefix KV cache, then
-`denoise_step(state, prefix_pad_masks, past_key_values, x_t, timestep)` with x_s = s·ε + (1 − s)·a, v = ε − a,
-10 Euler steps from s = 1), so a π0 wrapper is this module with its prefix/expert pair: the chain, the log-prob and
-the rescoring it would use are FlowPolicy's, the code the SmolVLA tests exercise.
+π0 / π0.5 (lerobot's PI0Policy, PI05Policy): not wrapped, and nothing here tests them. What blocks a test (lerobot
+0.4.4, checked in .venv-lerobot): (1) `PI0Pytorch.__init__` ends by importing `transformers.models.siglip.check` and
+raises "An incorrect transformer version is used" without it: that module exists only in lerobot's patched
+transformers branch (a git install; no release on the package registry, and GitHub is unreachable from here), and
+lerobot 0.4.4's metadata has no pi extra; (2) `PI0Config` accepts only paligemma_variant / action_expert_variant ∈
+{gemma_300m, gemma_2b} (widths 1024 / 2048, 18 layers) and hard-codes PaliGemma's 257,152-token vocabulary and a
+2048-wide projection, so even the smallest π0 has ~1B random parameters (the default ~3B: ~12 GB of float32
+weights, 3× that with Adam), beyond a 2-core CPU test. Its sampler has SmolVLA's structure: a prefix KV cache, then
+`denoise_step(state, prefix_pad_masks, past_key_values, x_t, timestep)` with x_s = s·ε + (1 − s)·a, v = ε − a and
+10 Euler steps from s = 1 (only the state moves from the prefix into the suffix). So a π0 wrapper is this module
+with another prefix/expert pair (`smolvla_networks`), and the chain, log-probabilities, frozen steps and rescoring
+it would run are FlowPolicy's, the code the SmolVLA tests exercise.
 """
 
 from __future__ import annotations
@@ -134,14 +140,17 @@ class SmolVLAPolicyConfig(FlowChainConfig):
         from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
         views, height, width = image_shape[0], image_shape[1], image_shape[2]
-        check(state_dim <= self.max_state_dim, "max_state_dim", f"must be ≥ the env's state size {state_dim}")
-        check(action_dim <= self.max_action_dim, "max_action_dim", f"must be ≥ the env's action size {action_dim}")
         if self.pretrained:
             policy = SmolVLAPolicy.from_pretrained(self.pretrained)
             config = policy.config
             cameras = list(config.image_features)
             check(len(cameras) >= views, "pretrained", f"the checkpoint has {len(cameras)} cameras, the env {views}")
+            for name, size in (("state", state_dim), ("action", action_dim)):
+                most = getattr(config, f"max_{name}_dim")
+                check(size <= most, "pretrained", f"the checkpoint takes {name}s of ≤ {most} dims, the env has {size}")
         else:
+            check(state_dim <= self.max_state_dim, "max_state_dim", f"must be ≥ the env's state size {state_dim}")
+            check(action_dim <= self.max_action_dim, "max_action_dim", f"must be ≥ the env's action size {action_dim}")
             cameras = [f"observation.images.view{v}" for v in range(views)]
             config = SmolVLAConfig(
                 vlm_model_name=self.vlm_model_name,
@@ -206,6 +215,16 @@ class SmolVLAFlowPolicy(FlowPolicy):
         batch = self.lerobot_batch(obs)
         encoder = self.base["encoder"] if frozen and self.base is not None else self.encoder
         return encoder(batch[STATE], batch[IMAGE_KEY], batch[LANGUAGE_TOKENS], batch[LANGUAGE_MASK])
+
+    def step_features(
+        self, conditions: list[torch.Tensor], times: list[float], deltas: list[float]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each sampling step's (t [B], prefix): the flow policy stacks a condition per step for one batched pass of
+        its conditioning network; SmolVLA has none (t enters the expert with x), and its prefix is large."""
+        return [
+            self.network(k).condition(torch.full_like(c[:, 0, 0], t), None, c)
+            for k, (c, t) in enumerate(zip(conditions, times, strict=True))
+        ]
 
     def noise_condition(self, cond: torch.Tensor) -> torch.Tensor:
         return self.encoder.summary(cond)

@@ -7,7 +7,8 @@
         = decode(x, condition(t, delta, prefix)): one `VLAFlowMatching.denoise_step` on the cached prefix
 
 Both wrap the same `lerobot` `SmolVLAPolicy` (its VLM and action expert are one module, `vlm_with_expert`): the
-parameters are shared, and `named_parameters` lists them once. Time convention: lerobot integrates from noise at
+parameters are shared: `named_parameters` lists them once (so optimisers see them once), a state dict under
+both `encoder.` and `denoiser.` (the same tensors). Time convention: lerobot integrates from noise at
 s = 1 to the action at s = 0 with x_s = s·ε + (1 − s)·a and predicts v = ε − a; ours goes from t = 0 to 1 with
 x_t = t·a + (1 − t)·ε, so s = 1 − t and our velocity is −v: an Euler step x + Δ·(−v) is lerobot's own x + dt·v.
 """
@@ -87,15 +88,16 @@ class SmolVLAExpert(nn.Module):
         self.heads, self.head_dim = text.num_key_value_heads, text.head_dim
         self.layers = smolvla.model.vlm_with_expert.num_vlm_layers
 
-    def condition(self, t: torch.Tensor, delta: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
-        """[time row; prefix] [B, 1 + P, C + 1]: the step's time in the first row's first channel."""
-        time_row = torch.zeros_like(prefix[:, :1])
-        time_row[:, 0, 0] = t
-        return torch.cat([time_row, prefix], dim=1)
+    def condition(
+        self, t: torch.Tensor, delta: torch.Tensor, prefix: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What every step at time t [B] reads, independent of x: (t, prefix), the prefix shared, not copied (it is
+        SmolVLM's whole key/value cache: ~10 MB per sample for smolvla_base, 16 layers × 241 tokens × 640 × 2)."""
+        return t, prefix
 
-    def decode(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    def decode(self, x: torch.Tensor, features: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """Velocity [B, H, A] of x [B, H, A] given `condition` features (our convention: towards the action)."""
-        t, prefix = features[:, 0, 0], features[:, 1:]
+        t, prefix = features
         valid = prefix[:, :, -1] > 0.5
         width = self.heads * self.head_dim
         cache = {}

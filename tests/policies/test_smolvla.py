@@ -252,3 +252,34 @@ def test_one_ppo_iteration_on_the_instructed_arm(tmp_path, tiny_vlm):
         assert not any(".vlm_with_expert.vlm." in k for k in changed)  # the VLM stays frozen
     finally:
         runner.close()
+
+
+def test_frozen_early_steps_do_not_depend_on_the_trainable_parameters(tiny_vlm):
+    """DPPO's trainable_steps on SmolVLA: with the same noise, a perturbed policy draws the same chain through the
+    frozen steps (prefix and expert from the frozen copy) and a different one after them."""
+    policy = smolvla(tiny_vlm, frozen_steps=2).eval()
+    obs = observations(policy)
+
+    def chain() -> torch.Tensor:
+        torch.manual_seed(5)
+        with torch.no_grad():
+            return policy.sample(obs).chain
+
+    before = chain()
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.3 * torch.randn_like(parameter))
+    after = chain()
+    assert torch.equal(after[:, :3], before[:, :3]) and (after[:, 3:] - before[:, 3:]).abs().mean() > 1e-3
+
+
+def test_a_saved_checkpoint_loads_with_one_config_line(tiny_vlm, tmp_path):
+    """`pretrained: <dir or hub id>` loads a SmolVLA checkpoint (here one saved by lerobot's save_pretrained)."""
+    original = smolvla(tiny_vlm, normalize_state=False).eval()
+    original.encoder.smolvla.save_pretrained(tmp_path / "checkpoint")
+    torch.manual_seed(7)  # other random weights, unless the checkpoint's are loaded
+    config = SmolVLAPolicyConfig(**settings(tiny_vlm, normalize_state=False, pretrained=str(tmp_path / "checkpoint")))
+    loaded = SmolVLAFlowPolicy(OBS_DIM, ACTION_DIM, config, IMAGE_SHAPE).eval()
+    obs = observations(original)
+    torch.testing.assert_close(loaded.act(obs), original.act(obs), rtol=0, atol=1e-6)
