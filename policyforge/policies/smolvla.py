@@ -15,7 +15,8 @@ because lerobot imports torchvision and the registry's torchvision does not load
 What is lerobot's and what is ours: the networks, the prefix/suffix attention masks, the key/value cache and one
 denoising step are lerobot's code, called as they are (`smolvla_networks`); the loop over the K steps, the noise,
 the log-probabilities, freezing early steps and rescoring are `FlowPolicy`'s, shared with the flow policy and the
-VLA. `act` integrates from x_0 = 0, which is lerobot's `predict_action_chunk(noise=zeros)` (tested).
+VLA. `act` integrates from x_0 = 0, which is lerobot's `predict_action_chunk(noise=zeros)` (tested). Export
+(ONNX / TorchScript) is refused by name: the instruction's re-tokenization (below) is Python.
 
 The instruction: the env and the datasets carry it as all-MiniLM-L6-v2 WordPiece ids (`sims.instruction_obs`), like
 for every other policy; SmolVLA has its own tokenizer (SmolVLM's). The wrapper decodes each distinct id row back to
@@ -187,7 +188,6 @@ class SmolVLAFlowPolicy(FlowPolicy):
         )
         super().__init__(state_dim, action_dim, config, image_shape=image_shape, networks=networks)
         self.text = _Retokenizer(smolvla.model.vlm_with_expert.processor.tokenizer, config.tokenizer_max_length)
-        self.export_tolerance = 1e-4
 
     @property
     def obs_keys(self) -> tuple[str, ...]:
@@ -241,7 +241,7 @@ class SmolVLAFlowPolicy(FlowPolicy):
         inputs |= {LANGUAGE_TOKENS: batch[LANGUAGE_TOKENS], LANGUAGE_MASK: batch[LANGUAGE_MASK]}
         for view, key in enumerate(encoder.camera_keys):
             inputs[key] = batch[IMAGE_KEY][:, view].permute(0, 3, 1, 2).float() / 255.0
-        noise = torch.zeros(*actions.shape[:2], smolvla.config.max_action_dim)
+        noise = actions.new_zeros(*actions.shape[:2], smolvla.config.max_action_dim)
         noise[..., : self.action_dim] = torch.randn_like(actions)
         loss, _ = smolvla.forward(inputs, noise=noise)
         return loss
@@ -267,6 +267,12 @@ class _Retokenizer:
         return self.minilm.decode(ids.tolist(), skip_special_tokens=True)
 
     def __call__(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling():
+            # a traced graph would hold the example's instruction as a constant and ignore the real one
+            raise ValueError(
+                "export: a smolvla policy re-tokenizes the instruction in Python (MiniLM ids → text → SmolVLM ids), "
+                "which a graph cannot hold; run it in PyTorch (policyforge.load) instead of exporting it"
+            )
         rows = []
         for row in ids.to(torch.int64).cpu():
             key = row.numpy().tobytes()

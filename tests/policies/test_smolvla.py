@@ -1,7 +1,7 @@
 """LeRobot's SmolVLA behind the policy contract (policies/smolvla.py), built offline from a tiny SmolVLM: act is the
 noise-off sample and equals lerobot's own sampler, log_prob rescores the chain exactly, gradients reach exactly the
-trainable parameters, bc_loss is SmolVLA's loss, and our PPO runs an iteration on it. Runs in .venv-lerobot
-(`make test-lerobot`); elsewhere the module is skipped."""
+trainable parameters, bc_loss is SmolVLA's loss, a saved checkpoint loads from one config line, export is refused
+by name, and our PPO runs an iteration on it. Runs in .venv-lerobot (`make test-lerobot`); elsewhere it is skipped."""
 
 from pathlib import Path
 
@@ -283,3 +283,13 @@ def test_a_saved_checkpoint_loads_with_one_config_line(tiny_vlm, tmp_path):
     loaded = SmolVLAFlowPolicy(OBS_DIM, ACTION_DIM, config, IMAGE_SHAPE).eval()
     obs = observations(original)
     torch.testing.assert_close(loaded.act(obs), original.act(obs), rtol=0, atol=1e-6)
+
+
+def test_export_is_refused_naming_why(tiny_vlm, tmp_path):
+    """A traced graph would keep the example's instruction as a constant: exporting says so instead."""
+    from policyforge.policies.export import export
+
+    policy = smolvla(tiny_vlm).eval()
+    with pytest.raises(ValueError, match="export: a smolvla policy re-tokenizes the instruction"):
+        export(policy, tmp_path / "policy.pt", "torchscript")
+    assert not (tmp_path / "policy.pt").exists()
