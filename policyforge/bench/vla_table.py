@@ -17,11 +17,12 @@ on `--eval-envs` fresh episodes of each instruction set, as `policyforge eval RU
     policyforge bench vla-table [--seeds 0 1 2] [--episodes 200] [--bc-steps 6000] [--steps 51200]
                                 [--eval-envs 32] [--jobs 1] [--smoke] [--out bench/results/vla]
 
-`--smoke` shrinks everything (4 demonstrations of 1 s episodes, 32 × 32 cameras, 10 BC steps, 64 PPO env steps,
-4 evaluation episodes per set, 2 seeds) to check the pipeline in minutes; its figures mean nothing. The last line is
-JSON {"bc_success", "rl_success" (overall), "seen_success", "heldout_paraphrase_success",
-"heldout_combination_success" (after PPO), "bc_<set>_success", "per_family" {stage: {family: success}} (seen),
-"prefix_cache_speedup" (batch 1), "env_steps", "wall_s", "seeds", "demo_success"}.
+Each seed's results are also written to OUT/seed<N>.json. `--smoke` shrinks everything (4 demonstrations of 1 s
+episodes, 32 × 32 cameras, 10 BC steps, 64 PPO env steps, 4 evaluation episodes per set, 2 seeds) to check the
+pipeline in minutes; its figures mean nothing. The last line is JSON {"bc_success", "rl_success" (overall),
+"seen_success", "heldout_paraphrase_success", "heldout_combination_success" (after PPO), "bc_<set>_success",
+"per_family" {stage: {family: success}} (seen), "prefix_cache_speedup" (batch 1), "env_steps", "wall_s", "seeds",
+"demo_success"}.
 """
 
 from __future__ import annotations
@@ -122,13 +123,16 @@ def run_seed(seed: int, dataset: Path, args: argparse.Namespace) -> dict[str, An
 
 def mean_over_seeds(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """{stage: {set: {"overall" | family: mean success over seeds}}}, with {stage: {"overall": {...}}}: the mean over
-    the sets (each set evaluated on the same number of episodes)."""
+    the sets (each set evaluated on the same number of episodes). A family's mean is over the seeds whose evaluation
+    drew it (each seed's evaluation draws its own instructions: a small one may miss a family)."""
     means: dict[str, dict[str, dict[str, float]]] = {}
     for stage in STAGES:
         means[stage] = {}
         for name in SETS:
-            keys = runs[0][stage][name].keys()
-            means[stage][name] = {k: statistics.mean(run[stage][name][k] for run in runs) for k in keys}
+            keys = [k for k in ("overall", *FAMILIES) if any(k in run[stage][name] for run in runs)]
+            means[stage][name] = {
+                k: statistics.mean(run[stage][name][k] for run in runs if k in run[stage][name]) for k in keys
+            }
         keys = set.intersection(*(set(means[stage][name]) for name in SETS))
         means[stage]["overall"] = {k: statistics.mean(means[stage][name][k] for name in SETS) for k in keys}
     return means
@@ -228,6 +232,7 @@ def main() -> None:
     runs = []
     for seed, run in zip(seeds, (pool.map if pool else map)(run_seed, *columns), strict=True):
         runs.append(run)
+        (args.out / f"seed{seed}.json").write_text(json.dumps(run))  # kept should a later stage fail
         console.print(f"seed {seed}: " + "; ".join(
             f"{stage.upper()} " + " ".join(f"{SET_LABELS[s]} {run[stage][s]['overall']:.0%}" for s in SETS)
             for stage in STAGES
