@@ -1,6 +1,9 @@
 """Evaluation on an instructed task reports success per family and per instruction set, from the instruction each
 env's evaluated episode had; `policyforge eval --instructions SET` evaluates a run on a held-out set."""
 
+import json
+import re
+
 import torch
 
 from policyforge.algos.evaluate import evaluate, success_by_group
@@ -70,3 +73,18 @@ def test_a_task_without_instructions_has_no_per_group_success():
     env.close()
     assert "eval/success" in metrics
     assert not [key for key in metrics if key.startswith("eval/success/")]
+
+
+def test_policyforge_eval_evaluates_a_run_on_the_instruction_set_it_is_given(tmp_path, capsys):
+    from policyforge.cli import main
+
+    tiny = ["sim.task=arm-instructed", "sim.num_envs=2", "sim.task_options.episode_seconds=0.2", "algo.rollout_steps=4"]
+    tiny += ["runner.total_env_steps=8", "runner.eval_envs=4", "runner.video=none", "runner.tensorboard=false"]
+    assert main(["train", "configs/arm-reach-ppo.yaml", f"out_dir={tmp_path}", "name=tiny", *tiny]) == 0
+    trained = json.loads((tmp_path / "tiny" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert "eval/success/train" in trained  # the run trained and was evaluated on the seen instructions
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "tiny"), "--instructions", "heldout_combination", "--envs", "6"]) == 0
+    printed = capsys.readouterr().out
+    assert "eval/success/heldout_combination: " in printed and "eval/success/train" not in printed
+    assert re.search(r"eval/success/(lift|push|place|touch): \d+%", printed)
