@@ -216,6 +216,11 @@ COLLECT_FLAGS = {
 """collect()'s argument names → the flags that set them, for error messages."""
 
 
+INSTRUCTION_SETS = ("train", "heldout_paraphrase", "heldout_combination", "all")
+"""`eval --instructions`: the instruction sets of arm-instructed (`sims.tasks.instructions.InstructionSet`, not
+imported here: the command line starts without the simulators)."""
+
+
 def _collect(args: argparse.Namespace, console: Console) -> None:
     from policyforge.config import apply_overrides
     from policyforge.data.collect import collect
@@ -290,7 +295,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluation.add_argument(
         "--instructions",
-        choices=["train", "heldout_paraphrase", "heldout_combination", "all"],
+        choices=INSTRUCTION_SETS,
         default=None,
         help="instructed tasks: the instruction set to evaluate on (default: the run's sim.task_options.instructions)",
     )

@@ -3,6 +3,7 @@ env's evaluated episode had; `policyforge eval --instructions SET` evaluates a r
 
 import json
 import re
+from typing import get_args
 
 import torch
 
@@ -88,3 +89,10 @@ def test_policyforge_eval_evaluates_a_run_on_the_instruction_set_it_is_given(tmp
     printed = capsys.readouterr().out
     assert "eval/success/heldout_combination: " in printed and "eval/success/train" not in printed
     assert re.search(r"eval/success/(lift|push|place|touch): \d+%", printed)
+
+
+def test_the_eval_flag_offers_every_instruction_set():
+    from policyforge.cli import INSTRUCTION_SETS
+    from policyforge.sims.tasks.instructions import InstructionSet
+
+    assert get_args(InstructionSet) == INSTRUCTION_SETS
