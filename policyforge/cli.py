@@ -3,7 +3,8 @@
 policyforge demo [key=value ...]                      train the demo recipe; checkpoint, plots, video
 policyforge train CONFIG.yaml [key=value ...]         train a recipe
 policyforge train --resume RUN_DIR                    continue a run from its latest checkpoint
-policyforge eval RUN_DIR [--video]                    evaluate a run's policy (--checkpoint latest|best|N|FILE)
+policyforge eval RUN_DIR [--video]                    evaluate a run's policy (--checkpoint latest|best|N|FILE;
+                                                      --instructions SET: held-out instructions)
 policyforge export RUN_DIR --format onnx|torchscript  export the policy (normaliser inside), checked
 policyforge bench NAME [args ...]                     run a benchmark (policyforge/bench/NAME.py)
 policyforge config show RECIPE [key=value ...]        a recipe's resolved config, every field's docstring above it
@@ -133,7 +134,10 @@ def _eval(args: argparse.Namespace, console: Console) -> None:
 
     if args.envs is not None and not 1 <= args.envs <= MAX_ENVS:
         raise ConfigError("--envs", f"must be in [1, {MAX_ENVS}] (evaluation episodes, one per env), got {args.envs}")
-    config, policy, env = load_run(Path(args.run_dir), args.checkpoint, args.envs, args.backend)
+    options = {"instructions": args.instructions} if args.instructions else None
+    config, policy, env = load_run(Path(args.run_dir), args.checkpoint, args.envs, args.backend, options)
+    if args.instructions:
+        console.print(f"instructions: the set {args.instructions!r} (sim.task_options.instructions)")
     if args.checkpoint == "best":  # which evaluation it was, as training recorded it
         console.print(best_line(checkpoint.read(checkpoint.resolve(Path(args.run_dir), "best"))["best"]))
     video = Path(args.run_dir) / "videos" / "eval_cli.mp4" if args.video else None
@@ -212,6 +216,11 @@ COLLECT_FLAGS = {
 """collect()'s argument names → the flags that set them, for error messages."""
 
 
+INSTRUCTION_SETS = ("train", "heldout_paraphrase", "heldout_combination", "all")
+"""`eval --instructions`: the instruction sets of arm-instructed (`sims.tasks.instructions.InstructionSet`, not
+imported here: the command line starts without the simulators)."""
+
+
 def _collect(args: argparse.Namespace, console: Console) -> None:
     from policyforge.config import apply_overrides
     from policyforge.data.collect import collect
@@ -283,6 +292,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluation.add_argument(
         "--backend", choices=["mujoco", "mjx"], default=None, help="simulate on this backend (sim-to-sim check)"
+    )
+    evaluation.add_argument(
+        "--instructions",
+        choices=INSTRUCTION_SETS,
+        default=None,
+        help="instructed tasks: the instruction set to evaluate on (default: the run's sim.task_options.instructions)",
     )
     evaluation.set_defaults(run=_eval)
     exporting = commands.add_parser("export", help="export a run's policy to ONNX or TorchScript")

@@ -1,5 +1,10 @@
 """Deterministic evaluation: one episode per evaluation env with `policy.act` (action chunks executed by
-`ChunkedActor`), optionally filmed (`eval_video`: each tile ends on its episode's last frame, labelled)."""
+`ChunkedActor`), optionally filmed (`eval_video`: each tile ends on its episode's last frame, labelled).
+
+On a task that draws instructions (`env.instructions()`, e.g. arm-instructed) success is also reported per group of
+the instruction each env's episode had: per family (`eval/success/lift`, ...) and per instruction set
+(`eval/success/train`, `eval/success/heldout_paraphrase`, ...; `sims.tasks.instructions.groups`). The set an
+evaluation draws from is the run's `sim.task_options.instructions` (`policyforge eval RUN --instructions SET`)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,11 @@ from policyforge.algos.eval_video import EvalFilm
 from policyforge.io import write_video
 from policyforge.policies.base import Policy
 from policyforge.policies.rollout import ChunkedActor
+from policyforge.sims.tasks.instructions import FAMILIES, groups
 from policyforge.sims.vec_env import VecEnv
+
+GROUP_ORDER = (*FAMILIES, "train", "heldout_paraphrase", "heldout_combination")
+"""Order of the per-group success figures: families, then instruction sets."""
 
 
 @torch.no_grad()
@@ -29,6 +38,7 @@ def evaluate(
     every env (no bias towards short episodes). With `video_path`, films the first `video_envs` envs side by side
     (a 2×2 grid by default) for at most `video_seconds` of simulated time."""
     obs = env.reset(seed=seed)
+    texts = env.instructions()  # each env's first episode's instruction (fixed within the episode), or None
     n = env.num_envs
     finished = torch.zeros(n, dtype=torch.bool)
     defines_success = False
@@ -59,10 +69,26 @@ def evaluate(
         f"eval/terms/{name}": float((total / term_steps.clamp(min=1)).mean()) for name, total in term_sums.items()
     }
     success = {"eval/success": float(successes.mean())} if defines_success else {}
+    if defines_success and texts is not None:
+        success |= success_by_group(successes, texts)
     return {
         "eval/return": float(returns.mean()),
         "eval/return_std": float(returns.std(unbiased=False)),
         **success,
         "eval/length": float(lengths.mean()),
         **per_step,
+    }
+
+
+def success_by_group(successes: torch.Tensor, texts: list[str]) -> dict[str, float]:
+    """`eval/success/<group>`: the mean of `successes` [N] (each env's first episode) over the envs whose
+    instruction `texts[i]` is in the group, for every family and instruction set present (GROUP_ORDER)."""
+    members: dict[str, list[int]] = {}
+    for env_index, text in enumerate(texts):
+        for group in groups(text):
+            members.setdefault(group, []).append(env_index)
+    return {
+        f"eval/success/{group}": float(successes[members[group]].float().mean())
+        for group in GROUP_ORDER
+        if group in members
     }

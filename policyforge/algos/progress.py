@@ -28,8 +28,9 @@ def percent(fraction: float) -> str:
 
 
 def metric_text(key: str, value: float) -> str:
-    """One metric for a person: success rates in percent, other figures to 4 significant digits."""
-    return percent(value) if key.endswith("/success") else f"{value:.4g}"
+    """One metric for a person: success rates (`*/success`, `eval/success/<group>`) in percent, other figures to 4
+    significant digits."""
+    return percent(value) if key.endswith("/success") or "/success/" in key else f"{value:.4g}"
 
 
 def duration(seconds: float) -> str:

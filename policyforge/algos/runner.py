@@ -360,13 +360,21 @@ class Runner:
 
 
 def load_run(
-    run_dir: Path, checkpoint_file: str | None = None, num_envs: int | None = None, backend: str | None = None
+    run_dir: Path,
+    checkpoint_file: str | None = None,
+    num_envs: int | None = None,
+    backend: str | None = None,
+    task_options: dict[str, Any] | None = None,
 ) -> tuple[RunConfig, Policy, VecEnv]:
     """A run's config, its trained policy (from `checkpoint_file`: latest, best, N or a file, as
     `checkpoint.resolve` reads it) and a fresh env of `num_envs`
-    (default: the run's evaluation size) seeded for evaluation, on `backend` (default: the run's)."""
+    (default: the run's evaluation size) seeded for evaluation, on `backend` (default: the run's), its task options
+    updated by `task_options` (e.g. {"instructions": "heldout_paraphrase"}: evaluate on held-out instructions)."""
     run_dir = Path(run_dir)
     config = config_io.load(RunConfig, run_dir / CONFIG_FILE)
+    if task_options:
+        sim = dataclasses.replace(config.sim, task_options={**config.sim.task_options, **task_options})
+        config = dataclasses.replace(config, sim=sim)
     env = evaluation_env(config, num_envs, backend)
     policy = build_policy(config, env)
     policy.load_state_dict(checkpoint.load(checkpoint.resolve(run_dir, checkpoint_file))["algo"]["policy"])

@@ -8,7 +8,8 @@ functions read them on every backend (MJX included):
     target      index into ZONES for push, into PAD_COLOURS for place, 0 for lift and touch
     paraphrase  index into TEMPLATES[family]            how the instruction is worded
 
-`render` turns ids into text on the host, `parse` text back into ids (e.g. a dataset's tasks into families).
+`render` turns ids into text on the host, `parse` text back into ids (e.g. a dataset's tasks into families), and
+`groups` names the family and instruction set of a text (evaluation reports success per group).
 Held out for evaluation only: the template `HELDOUT_PARAPHRASE` of every family, and the (family, object, target)
 combinations in `HELDOUT_COMBINATIONS` (every word of a held-out combination is seen in training, only not
 together). `instruction_table(instructions, families)` lists the rows
@@ -159,6 +160,26 @@ def parse(text: str) -> tuple[int, int, int, int]:
             f"(e.g. {next(iter(table))!r}); texts are rendered from instructions.TEMPLATES"
         )
     return table[text]
+
+
+def instruction_set(ids: tuple[int, int, int, int]) -> InstructionSet | None:
+    """The held-out set an instruction's ids (family, object, target, paraphrase) belong to: `train`,
+    `heldout_paraphrase`, `heldout_combination`, or None for a held-out wording of a held-out combination (only the
+    set `all` draws those)."""
+    family = FAMILIES[ids[0]]
+    combination = (family, CUBE_COLOURS[ids[1]], target_words(family)[ids[2]]) in HELDOUT_COMBINATIONS
+    paraphrase = ids[3] == HELDOUT_PARAPHRASE
+    if combination and paraphrase:
+        return None
+    return "heldout_combination" if combination else "heldout_paraphrase" if paraphrase else "train"
+
+
+def groups(text: str) -> list[str]:
+    """The groups an instruction text is reported in: its family and, where it has one, its instruction set
+    (e.g. ["lift", "heldout_paraphrase"]); ValueError naming the text if it is not an arm-instructed instruction."""
+    ids = parse(text)
+    named = instruction_set(ids)
+    return [FAMILIES[ids[0]]] + ([named] if named is not None else [])
 
 
 _IDS_BY_TEXT: dict[str, tuple[int, int, int, int]] = {}
