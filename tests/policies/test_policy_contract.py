@@ -16,6 +16,7 @@ from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
 from policyforge.policies.residual import BASE_ACTION_KEY, ResidualConfig, ResidualPolicy
 from policyforge.policies.vla import VisionConfig, VLAConfig, VLAPolicy
 from policyforge.sims.instruction_obs import INSTRUCTION_KEY, tokenizer
+from tests.policies.perturb import chains_before_and_after_a_step
 
 OBS_DIM, ACTION_DIM, BATCH = 7, 3, 64
 CHUNK = ChunkConfig(n_obs_steps=2, horizon=4, act_steps=2)
@@ -188,17 +189,7 @@ def test_frozen_steps_do_not_depend_on_trainable_parameters(name):
     obs = observations(policy)
     policy.eval()
 
-    def chain() -> torch.Tensor:
-        torch.manual_seed(5)
-        with torch.no_grad():
-            return policy.sample(obs).chain  # [B, K + 1, H, A]
-
-    before = chain()
-    with torch.no_grad():
-        for parameter in policy.parameters():
-            if parameter.requires_grad:
-                parameter.add_(0.3 * torch.randn_like(parameter))
-    after = chain()
+    before, after = chains_before_and_after_a_step(policy, obs)  # [B, K + 1, H, A] each
     frozen = slice(0, first_trainable + 1)  # x_0 … x_k: the start and the frozen steps' outputs
     assert torch.equal(after[:, frozen], before[:, frozen])
     trainable = slice(first_trainable + 1, None)

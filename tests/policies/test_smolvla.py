@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.policies.perturb import chains_before_and_after_a_step
+
 pytest.importorskip("lerobot", reason="LeRobot's SmolVLA needs the optional environment: make test-lerobot")
 
 from policyforge.policies.chunked import ChunkConfig
@@ -260,17 +262,7 @@ def test_frozen_early_steps_do_not_depend_on_the_trainable_parameters(tiny_vlm):
     policy = smolvla(tiny_vlm, frozen_steps=2).eval()
     obs = observations(policy)
 
-    def chain() -> torch.Tensor:
-        torch.manual_seed(5)
-        with torch.no_grad():
-            return policy.sample(obs).chain
-
-    before = chain()
-    with torch.no_grad():
-        for parameter in policy.parameters():
-            if parameter.requires_grad:
-                parameter.add_(0.3 * torch.randn_like(parameter))
-    after = chain()
+    before, after = chains_before_and_after_a_step(policy, obs)  # [B, K + 1, H, A] each
     assert torch.equal(after[:, :3], before[:, :3]) and (after[:, 3:] - before[:, 3:]).abs().mean() > 1e-3
 
 

@@ -12,6 +12,7 @@ from policyforge.policies.efficientnet import load_pretrained_efficientnet, pret
 from policyforge.policies.language import InstructionEncoder, minilm
 from policyforge.policies.vla import VisionConfig, VLAConfig, VLAPolicy
 from policyforge.sims.instruction_obs import INSTRUCTION_KEY, INSTRUCTION_TOKENS, PAD_ID, tokenizer
+from tests.policies.perturb import chains_before_and_after_a_step
 
 TINY = {"width": 32, "heads": 2, "prefix_layers": 1, "expert_layers": 1, "time_dim": 16, "steps": 4}
 CHUNK = ChunkConfig(n_obs_steps=1, horizon=4, act_steps=2)
@@ -184,17 +185,7 @@ def test_frozen_early_steps_run_the_frozen_copy_of_the_backbone(frozen_steps):
     sample = policy.sample(obs)
     torch.testing.assert_close(policy.log_prob(obs, sample.chain)[0], sample.log_prob, atol=1e-3, rtol=1e-5)
 
-    def chain() -> torch.Tensor:
-        torch.manual_seed(5)
-        with torch.no_grad():
-            return policy.sample(obs).chain
-
-    before = chain()
-    with torch.no_grad():
-        for parameter in policy.parameters():
-            if parameter.requires_grad:
-                parameter.add_(0.3 * torch.randn_like(parameter))
-    after = chain()
+    before, after = chains_before_and_after_a_step(policy, obs)  # [B, K + 1, H, A] each
     assert torch.equal(after[:, : frozen_steps + 1], before[:, : frozen_steps + 1])
     assert (after[:, frozen_steps + 1 :] - before[:, frozen_steps + 1 :]).abs().mean() > 1e-3
 
