@@ -31,8 +31,8 @@ def method_name(config: Any) -> str:
     if algo == "ppo":
         if tag in PPO_ON:
             return PPO_ON[tag]
-        if tag == "flow" and policy.get("chain_noise") in FLOW_CHAIN_NOISE:
-            return FLOW_CHAIN_NOISE[policy["chain_noise"]]
+        if tag in ("flow", "vla") and policy.get("chain_noise") in FLOW_CHAIN_NOISE:  # a VLA is a flow policy
+            return FLOW_CHAIN_NOISE[policy["chain_noise"]] + (" (VLA)" if tag == "vla" else "")
         if tag == "residual":
             return f"residual PPO ({policy_name(policy['base'])} base)"
     if algo == "sac" and tag == "gaussian":
