@@ -208,6 +208,7 @@ COLLECT_FLAGS = {
     "hesitation": "--hesitation",
     "cameras": "--cameras",
     "image_size": "--image-size",
+    "image_quality": "--image-quality",
     "out": "--out",
     "overwrite": "--overwrite",
     "only_successful": "--only-successful",
@@ -243,6 +244,7 @@ def _collect(args: argparse.Namespace, console: Console) -> None:
             hesitation=args.hesitation,
             cameras=[c.strip() for c in args.cameras.split(",") if c.strip()],
             image_size=(height, width),
+            image_quality=args.image_quality,
             only_successful=args.only_successful,
             task_options=apply_overrides({}, args.options),
             overwrite=args.overwrite,
@@ -342,6 +344,12 @@ def _parser() -> argparse.ArgumentParser:
     collecting.add_argument("--hesitation", type=float, default=0.0, help="per-step probability of a 2-6 step pause")
     collecting.add_argument("--cameras", default="", help="cameras to record as videos, e.g. front,wrist")
     collecting.add_argument("--image-size", default="96", help="camera image size: SIZE or WIDTHxHEIGHT (default 96)")
+    collecting.add_argument(
+        "--image-quality",
+        choices=["fast", "full"],
+        default="fast",
+        help="fast (default): no shadows, as training's sim.image.quality fast renders; full: as videos are drawn",
+    )
     collecting.add_argument("--only-successful", action="store_true", help="keep successful episodes only")
     collecting.add_argument("--overwrite", action="store_true", help="delete an existing dataset in --out first")
     collecting.add_argument(

@@ -55,6 +55,7 @@ def collect(
     hesitation: float = 0.0,
     cameras: Sequence[str] = (),
     image_size: int | tuple[int, int] = 96,
+    image_quality: str = "fast",
     only_successful: bool = False,
     task_options: dict[str, Any] | None = None,
     overwrite: bool = False,
@@ -70,15 +71,15 @@ def collect(
     `seed + episodes already there`, so appended sessions never replay earlier episodes. Frame t of an episode
     holds the policy observation before action t, the action, and the reward / done / success after it.
     `image_size`: height = width, or (height, width); `num_envs`: at most this many parallel envs (no more than
-    `episodes` unless `only_successful`). `policy`: a training run directory whose policy is the demonstrator
-    instead of the task's scripted expert (any task; recorded with the run's sim settings, randomisation
-    included, updated by `task_options`).
+    `episodes` unless `only_successful`); `image_quality`: `ImageConfig.quality`, as the policy will see them.
+    `policy`: a training run directory whose policy is the demonstrator instead of the task's scripted expert (any
+    task; recorded with the run's sim settings, randomisation included, updated by `task_options`).
     """
     image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     _check_arguments(episodes, num_envs, seed, action_noise, hesitation, image_hw)
     task_options = dict(task_options or {})
     num_envs = num_envs if only_successful else min(num_envs, episodes)
-    image = ImageConfig(cameras=list(cameras), width=image_hw[1], height=image_hw[0])
+    image = ImageConfig(cameras=list(cameras), width=image_hw[1], height=image_hw[0], quality=image_quality)
     sim = SimConfig(task=task, num_envs=num_envs, task_options=task_options, image=image)
     demonstrator = None
     if policy is not None:

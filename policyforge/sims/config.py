@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import torch
 
-from policyforge.config import ConfigError, check_bounds, check_in, from_dict
+from policyforge.config import ConfigError, check, check_bounds, check_in, from_dict
 
 MAX_ENVS = 65_536
 """Most environments in one batch (sim.num_envs, runner.eval_envs): 16× the largest batch the benchmarks run (4096 MJX
@@ -69,10 +69,15 @@ class ImageConfig:
     """Image width, pixels."""
     height: int = 64
     """Image height, pixels."""
+    quality: Literal["fast", "full"] = "fast"
+    """`fast`: no shadows, reflections or multisampling, every env's frames drawn as tiles of one buffer (~5×
+    cheaper on a CPU renderer: `policyforge bench image-throughput`); `full`: a frame per call as videos are drawn
+    (shadows), for when the policy should see them."""
 
     def __post_init__(self) -> None:
         check_in(self.width, "width", f"[1, {MAX_IMAGE_SIZE}]", unit=" px")
         check_in(self.height, "height", f"[1, {MAX_IMAGE_SIZE}]", unit=" px")
+        check(self.quality in ("fast", "full"), "quality", f"give fast or full, got {self.quality!r}")
 
 
 @dataclasses.dataclass

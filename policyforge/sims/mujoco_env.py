@@ -286,6 +286,9 @@ class MujocoVecEnv(VecEnv):
         if self._image is None:
             return None
         cfg = self._image
+        if cfg.quality == "fast":
+            states = (self.batch.get_data(int(env), self._scratch) for env in ids)
+            return self._renderers.tiled(cfg.width, cfg.height).render(states, cfg.cameras)
         renderer = self._renderers.get(cfg.width, cfg.height)
         frames = np.empty((len(ids), len(cfg.cameras), cfg.height, cfg.width, 3), dtype=np.uint8)
         for row, env in enumerate(ids):

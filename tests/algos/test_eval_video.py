@@ -19,7 +19,7 @@ STEPS = 5
 def _filmed_evaluation(monkeypatch, tmp_path, task: str, camera: str, **sim):
     """Film an evaluation of 4 envs whose image observations are the camera's frames at the tile size; returns
     (the video's frames, each env's image observation at the end of its episode, before the reset, and after)."""
-    image = ImageConfig(cameras=[camera], width=TILE_WIDTH, height=TILE_HEIGHT)
+    image = ImageConfig(cameras=[camera], width=TILE_WIDTH, height=TILE_HEIGHT, quality="full")  # as videos
     options = {"episode_seconds": STEPS * 0.04}
     env = make_env(SimConfig(task=task, num_envs=4, image=image, task_options=options, **sim))
     states = {key: shape for key, shape in env.obs_shapes.items() if key != "image"}  # a state policy

@@ -1,10 +1,11 @@
 """Offscreen frames: the right shape, not blank, and changing when the robot moves."""
 
+import mujoco
 import numpy as np
 import pytest
 import torch
 
-from policyforge.sims import TASKS, ImageConfig, SimConfig, make_env
+from policyforge.sims import TASKS, ImageConfig, SimConfig, make_env, render
 
 
 @pytest.mark.parametrize("task", list(TASKS))
@@ -43,7 +44,7 @@ def test_image_observations():
 
 
 def test_final_frames_show_the_state_before_the_auto_reset():
-    image = ImageConfig(cameras=["front"], width=32, height=24)
+    image = ImageConfig(cameras=["front"], width=32, height=24, quality="full")  # drawn as env.render draws
     env = make_env(SimConfig(task="arm-reach", num_envs=3, image=image, task_options={"episode_seconds": 0.12}))
     env.reset(seed=0)
 
@@ -59,6 +60,49 @@ def test_final_frames_show_the_state_before_the_auto_reset():
     assert np.array_equal(frames(final=False), obs["image"][:, 0].numpy())
     assert not np.array_equal(frames(final=True), frames(final=False))
     env.close()
+
+
+def _frame_by_frame(model, states, cameras, width, height):
+    """The reference for fast observations: mujoco.Renderer, one frame per call, shadows and multisampling off."""
+    with render._no_multisampling(model):
+        renderer = mujoco.Renderer(model, height=height, width=width)
+    for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
+        renderer.scene.flags[flag] = 0
+    frames = []
+    for data in states:
+        for camera in cameras:
+            renderer.update_scene(data, camera=camera)
+            frames.append(renderer.render())
+    renderer.close()
+    return np.stack(frames).reshape(len(states), len(cameras), height, width, 3)
+
+
+@pytest.mark.parametrize("size", [(32, 24), (400, 300)])  # 400 px: 4 tiles a buffer, so 6 frames take 2 passes
+def test_fast_observations_are_the_frames_mujoco_draws_one_by_one(size):
+    width, height = size
+    image = ImageConfig(cameras=["front", "wrist"], width=width, height=height)
+    env = make_env(SimConfig(task="arm-lift-cube", num_envs=3, image=image))
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(5):  # each env somewhere else
+        obs = env.step(torch.rand(3, env.action_dim, generator=generator) * 2 - 1)[0]
+    model = env.task.model
+    states = [env.batch.get_data(i, mujoco.MjData(model)) for i in range(3)]
+    expected = _frame_by_frame(model, states, ["front", "wrist"], width, height)
+    tiled = obs["image"].numpy()
+    assert tiled.shape == expected.shape
+    assert np.abs(tiled.astype(int) - expected).max() <= 2, "a tile is not its env's frame"
+    assert np.abs(tiled[0].astype(int) - tiled[1]).mean() > 1, "the envs differ"
+    assert render.TiledRenderer(model, width, height).render(iter([]), ["front"]).shape == (0, 1, height, width, 3)
+    env.close()
+
+
+def test_fast_and_full_quality_draw_the_same_scene():
+    frames = {}
+    for quality in ("fast", "full"):
+        image = ImageConfig(cameras=["front"], width=64, height=64, quality=quality)
+        frames[quality] = make_env(SimConfig(task="arm-lift-cube", num_envs=1, image=image)).reset(seed=0)["image"]
+    difference = (frames["fast"].float() - frames["full"].float()).abs().mean()
+    assert 0 < difference < 40, "the same scene, lit differently (no shadows)"
 
 
 def test_gym_says_it_cannot_render_pre_reset_frames_and_evaluation_films_it_anyway(tmp_path):
