@@ -23,7 +23,7 @@ from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algo
 from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.data.layout import ACTION, STATE
-from policyforge.policies.base import IMAGE_KEY, Obs, Policy
+from policyforge.policies.base import IMAGE_FEATURES_KEY, IMAGE_KEY, Obs, Policy
 from policyforge.sims.instruction_obs import INSTRUCTION_KEY
 from policyforge.sims.vec_env import VecEnv
 
@@ -95,7 +95,9 @@ class DemoWindows:
         self.obs_key, self.n_obs_steps, self.horizon = obs_key, n_obs_steps, horizon
         self.states = torch.as_tensor(demos.column(STATE), dtype=torch.float32)
         self.actions = torch.as_tensor(demos.column(ACTION), dtype=torch.float32)
-        self.images = None
+        self.images: torch.Tensor | None = None
+        """Every frame's camera images [N, V, Hi, Wi, 3] uint8, or (`use_image_features`) their features."""
+        self.image_key = IMAGE_KEY
         if cameras:
             self.images = torch.as_tensor(np.stack([demos.images(camera) for camera in cameras], axis=1))
         lengths = bounds[:, 1] - bounds[:, 0]
@@ -107,6 +109,13 @@ class DemoWindows:
     def __len__(self) -> int:
         return len(self.frames)
 
+    def use_image_features(self, policy: Policy) -> None:
+        """Keep what the policy's frozen image encoder makes of each frame instead of the frame (exact, and the
+        encoder then runs once per frame instead of once per sample of it); nothing without one."""
+        features = policy.frozen_image_features(self.images) if self.images is not None else None
+        if features is not None:
+            self.images, self.image_key = features, IMAGE_FEATURES_KEY
+
     def sample(self, batch: int) -> tuple[Obs, torch.Tensor]:
         """Observations (state [B, T_o, D] or [B, D] without history; image [B, T_o, V, H, W, 3]) and action
         chunks [B, H, A]."""
@@ -117,7 +126,7 @@ class DemoWindows:
         action_index = torch.minimum(frame + torch.arange(self.horizon), last)
         obs = {self.obs_key: self.states[obs_index]}
         if self.images is not None:
-            obs[IMAGE_KEY] = self.images[obs_index]
+            obs[self.image_key] = self.images[obs_index]
         if not self.n_obs_steps:
             obs = {k: v[:, 0] for k, v in obs.items()}
         if self.instructions is not None:  # fixed within an episode: no history axis
@@ -188,7 +197,8 @@ class BC(Algorithm):
         self.step += 1
         decay = min(self.config.ema_decay, (1 + self.step) / (10 + self.step))  # short memory early on
         for average, current in zip(self.policy.parameters(), self.model.parameters(), strict=True):
-            average.lerp_(current, 1 - decay)
+            if current.requires_grad:  # a frozen weight (a VLA's MiniLM and EfficientNet) is its own average
+                average.lerp_(current, 1 - decay)
         for average, current in zip(self.policy.buffers(), self.model.buffers(), strict=True):
             average.copy_(current)
 
@@ -266,6 +276,7 @@ def demo_windows(policy: Policy, demos: Demonstrations, config: BCConfig, camera
         raise ConfigError("algo.dataset", str(err)) from None
     if len(windows) == 0:
         raise ConfigError("algo.dataset", f"{config.dataset} has no frames")
+    windows.use_image_features(policy)
     return windows
 
 

@@ -166,6 +166,9 @@ class PPO(Algorithm):
         if keep is not None:  # GRPO: only decisions whose episode finished in this rollout
             obs, critic_obs, chain = _rows(obs, keep), _rows(critic_obs, keep), _take(chain, keep)
             old_value, advantages, returns = old_value[keep], advantages[keep], returns[keep]
+        # computed once, not once per epoch: what the frozen parts (a VLA's frozen backbone) make of the observations
+        anchor_obs = self.anchor.precompute_frozen(obs) if self.anchor is not None else None
+        obs = policy.precompute_frozen(obs)
         size = len(advantages)
         with torch.no_grad():
             old_log_prob = torch.cat([self._score(_rows(obs, i), _take(chain, i))[0] for i in _chunks(size, 8192)])
@@ -186,6 +189,7 @@ class PPO(Algorithm):
                     advantages[index],
                     returns[index],
                     old_value[index],
+                    None if anchor_obs is None else _rows(anchor_obs, index),
                 )
                 for key in totals:
                     totals[key] += stats[key]
@@ -218,7 +222,7 @@ class PPO(Algorithm):
         return elements.sum((1, 2, 3))[:, None], entropy
 
     def _minibatch(
-        self, obs: Obs, critic_obs: Obs, chain: Chain, old_log_prob, advantages, returns, old_value
+        self, obs: Obs, critic_obs: Obs, chain: Chain, old_log_prob, advantages, returns, old_value, anchor_obs
     ) -> dict[str, float]:
         cfg = self.config
         log_prob, entropy = self._score(obs, chain)
@@ -241,7 +245,7 @@ class PPO(Algorithm):
             loss = loss + policy_loss - cfg.entropy_coef * entropy.mean()
             if self.anchor is not None:
                 with torch.no_grad():
-                    anchor_action = self.anchor.act(obs)
+                    anchor_action = self.anchor.act(anchor_obs)
                 bc_loss = self.policy.bc_loss(obs, anchor_action)
                 loss = loss + cfg.bc_coef * bc_loss
         self.optimizer.zero_grad(set_to_none=True)

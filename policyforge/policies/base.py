@@ -42,6 +42,8 @@ from policyforge.policies.history import InputState, ObservationHistory
 Obs = dict[str, torch.Tensor]
 IMAGE_KEY = "image"
 """Observation key of camera images [N, V, Hi, Wi, 3] uint8 (V cameras)."""
+IMAGE_FEATURES_KEY = "image_features"
+"""Key of what a frozen image encoder made of `image` (`Policy.frozen_image_features`), in its place."""
 Chain = torch.Tensor | dict[str, torch.Tensor]
 """A policy's stochastic chain: a tensor or a dict of tensors, batch first."""
 
@@ -99,6 +101,18 @@ class Policy(nn.Module, abc.ABC):
 
     def update_normalizer(self, obs: Obs) -> None:
         """Fold a batch of observations into the policy's observation normaliser (if it has one)."""
+
+    def frozen_image_features(self, images: torch.Tensor) -> torch.Tensor | None:
+        """What the policy's image encoder makes of images [..., V, Hi, Wi, 3] uint8, when that encoder is frozen
+        (so computing it once is exact): BC then trains on `obs[IMAGE_FEATURES_KEY]` instead of images. None (the
+        default): no frozen image encoder."""
+        return None
+
+    def precompute_frozen(self, obs: Obs) -> Obs:
+        """`obs` with the outputs of the policy's frozen parts in place of their inputs, computed once: PPO calls
+        it before its epochs, so rescoring skips work whose result never changes. Exact: `step_log_probs` and
+        `bc_loss` of the result equal those of `obs`. The default: `obs` unchanged."""
+        return obs
 
     @abc.abstractmethod
     def example_obs(self, batch: int) -> Obs:

@@ -21,11 +21,10 @@ code, so PPO's per-step ratios, GRPO advantages and residual RL apply unchanged.
 
 Freezing: `freeze_backbone` freezes vision, language projection and prefix transformer, so RL trains only the action
 expert and the noise network (πRL's setting for large VLAs); MiniLM is always frozen, EfficientNet-lite0 unless
-`vision.train_pretrained`. Caching frozen outputs across PPO epochs: the instruction's features are cached (exact,
-everywhere). The prefix is recomputed at each rescoring: storing it with the rollout would be exact for a frozen
-backbone, but it is [P, W + 1] floats per decision (57 × 129 × 4 B = 29 KB at the defaults: 0.5 GB for 64 envs ×
-256 decisions), and reusing it across epochs without storing it needs PPO to hand the policy row ids, which the
-contract does not carry. Left for the RL fine-tuning work, with these figures.
+`vision.train_pretrained`. What frozen parts compute is computed once (`precompute_frozen`, exact): the
+instruction's features per distinct instruction (everywhere); with a frozen backbone the prefix of every decision of a
+PPO batch once per update instead of once per epoch (29 KB a decision at the defaults); with a frozen image encoder
+the image features of every frame of a BC dataset once (`frozen_image_features`), instead of at every sample of it.
 
 Export: the text encoder goes INSIDE the graph: (state, image, instruction token ids) → action chunk. One
 self-contained file whose inputs are all tensors, checked against `act` like every other policy; a deployment only
@@ -43,7 +42,7 @@ from typing import Any, Literal
 import torch
 
 from policyforge.config import ConfigError, check, check_in
-from policyforge.policies.base import EnvSpec, Obs, register_policy
+from policyforge.policies.base import IMAGE_FEATURES_KEY, EnvSpec, Obs, register_policy
 from policyforge.policies.chunked import IMAGE_KEY
 from policyforge.policies.efficientnet import BLOCKS
 from policyforge.policies.flow import FlowChainConfig, FlowPolicy
@@ -55,6 +54,10 @@ from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTIO
 
 MAX_LAYERS = 24
 """Most transformer layers of the prefix or the expert (π0's expert has 18)."""
+PREFIX_KEY, FROZEN_PREFIX_KEY = "prefix", "frozen_prefix"
+"""Keys of `precompute_frozen`'s prefixes [B, P, W + 1] (the policy's, and its frozen steps' copy's)."""
+IMAGE_BATCH = 256
+"""Frames per pass when features or prefixes are precomputed (bounds the activations' memory)."""
 
 
 @dataclasses.dataclass
@@ -158,7 +161,10 @@ class VLAPolicy(FlowPolicy):
         return _VLAInputs(self, num_envs)
 
     def encode(self, obs: Obs, frozen: bool = False) -> torch.Tensor:
-        """The prefix [B, P, W + 1] (with the frozen copy's backbone if `frozen`)."""
+        """The prefix [B, P, W + 1] (with the frozen copy's backbone if `frozen`); `precompute_frozen`'s when
+        `obs` carries it."""
+        if PREFIX_KEY in obs:
+            return obs[FROZEN_PREFIX_KEY if frozen and self.base is not None else PREFIX_KEY]
         state = obs[self.obs_key]
         state = state[:, None] if state.dim() == 2 else state
         check(
@@ -166,11 +172,15 @@ class VLAPolicy(FlowPolicy):
             f"obs.{self.obs_key}",
             f"expected [B, {self.n_obs_steps}, {self.state_dim}] (n_obs_steps, state), got {list(state.shape)}",
         )
+        features = obs.get(IMAGE_FEATURES_KEY)
         image = obs.get(IMAGE_KEY)
-        if image is None:
+        if image is None and features is None:
             raise ValueError("obs.image: a vla policy reads camera images (sim.image.cameras); none were given")
-        image = image[:, None] if image.dim() == len(self.image_shape) + 1 else image
-        if image.shape[1:] != (self.n_obs_steps, *self.image_shape) or image.dtype != torch.uint8:
+        if image is not None:
+            image = image[:, None] if image.dim() == len(self.image_shape) + 1 else image
+        if image is not None and (
+            image.shape[1:] != (self.n_obs_steps, *self.image_shape) or image.dtype != torch.uint8
+        ):
             raise ValueError(
                 f"obs.image: expected uint8 [B, {self.n_obs_steps}, {', '.join(map(str, self.image_shape))}] "
                 f"(history, views, height, width, rgb: the size the policy was built for), got {image.dtype} "
@@ -183,7 +193,40 @@ class VLAPolicy(FlowPolicy):
             )
         text, mask = self.text(obs[INSTRUCTION_KEY])
         encoder = self.base["encoder"] if frozen and self.base is not None else self.encoder
-        return encoder(state, image, text, mask)
+        return encoder(state, None if features is not None else image, text, mask, features)
+
+    def _vision_frozen(self) -> bool:
+        return not any(p.requires_grad for p in self.encoder.vision.parameters())
+
+    def frozen_image_features(self, images: torch.Tensor) -> torch.Tensor | None:
+        """EfficientNet-lite0's feature maps [..., V, C, h, w] when it is frozen (not `vision.train_pretrained`,
+        not the scratch stem), computed in batches of IMAGE_BATCH frames."""
+        if not self._vision_frozen():
+            return None
+        frames = images.flatten(0, -4)
+        with torch.no_grad():
+            features = [
+                self.encoder.image_features(frames[i : i + IMAGE_BATCH]) for i in range(0, len(frames), IMAGE_BATCH)
+            ]
+        stacked = torch.cat(features) if features else frames.new_zeros(0)
+        return stacked.view(*images.shape[:-3], *stacked.shape[1:])
+
+    def precompute_frozen(self, obs: Obs) -> Obs:
+        """With `freeze_backbone` the prefix (and the frozen steps' copy's: its normaliser may lag), else with a
+        frozen image encoder the image features, in place of the images. At the defaults a prefix is 29 KB per
+        decision: 3.7 MB for a PPO batch of 128 decisions, computed once instead of once per epoch."""
+        if IMAGE_KEY not in obs or not self._vision_frozen():
+            return obs
+        if any(p.requires_grad for p in self.encoder.parameters()):
+            rest = {key: value for key, value in obs.items() if key != IMAGE_KEY}
+            return {**rest, IMAGE_FEATURES_KEY: self.frozen_image_features(obs[IMAGE_KEY])}
+        size = len(obs[self.obs_key])
+        batches = [{key: value[i : i + IMAGE_BATCH] for key, value in obs.items()} for i in range(0, size, IMAGE_BATCH)]
+        with torch.no_grad():
+            cached = {self.obs_key: obs[self.obs_key], PREFIX_KEY: torch.cat([self.encode(b) for b in batches])}
+            if self.base is not None:
+                cached[FROZEN_PREFIX_KEY] = torch.cat([self.encode(b, frozen=True) for b in batches])
+        return cached
 
     def noise_condition(self, cond: torch.Tensor) -> torch.Tensor:
         return pooled(cond)

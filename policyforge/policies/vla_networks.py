@@ -119,12 +119,23 @@ class VLABackbone(nn.Module):
         self.norm = nn.LayerNorm(width)
         self.out_dim = width
 
+    def image_features(self, images: torch.Tensor) -> torch.Tensor:
+        """The vision encoder's feature maps [..., C, h, w] of images [..., Hi, Wi, 3] uint8."""
+        features = self.vision(images.flatten(0, -4))
+        return features.view(*images.shape[:-3], *features.shape[1:])
+
     def forward(
-        self, state: torch.Tensor, image: torch.Tensor, text: torch.Tensor, text_mask: torch.Tensor
+        self,
+        state: torch.Tensor,
+        image: torch.Tensor | None,
+        text: torch.Tensor,
+        text_mask: torch.Tensor,
+        image_features: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """`image` [B, T_o, V, Hi, Wi, 3], or its `image_features` [B, T_o, V, C, h, w] computed beforehand."""
         b = state.shape[0]
-        frames = image.flatten(0, 2)  # [B·T_o·V, Hi, Wi, 3]
-        features = self.vision(frames)  # [B·T_o·V, C, h, w]
+        features = self.image_features(image) if image_features is None else image_features
+        features = features.flatten(0, 2)  # [B·T_o·V, C, h, w]
         image_tokens = self.image_proj(features.flatten(2).transpose(1, 2)).reshape(b, self.image_tokens, -1)
         tokens = [
             image_tokens + self.image_position + self.kind[0],
