@@ -67,14 +67,10 @@ def test_bc_trains_on_each_frames_features_computed_once(tmp_path):
 
     policy = tiny_vla(vision=VisionConfig())
     height, width = policy.image_shape[1:3]
-    writer = DemoWriter(
-        tmp_path / "demos", 25, 5, 3, ["front", "wrist"], (height, width), task_name="arm-instructed"
-    )
+    writer = DemoWriter(tmp_path / "demos", 25, 5, 3, ["front", "wrist"], (height, width), task_name="arm-instructed")
     rng = np.random.default_rng(0)
     for text in TEXTS[:2]:
-        images = {
-            camera: rng.integers(0, 256, (6, height, width, 3), dtype=np.uint8) for camera in ("front", "wrist")
-        }
+        images = {camera: rng.integers(0, 256, (6, height, width, 3), dtype=np.uint8) for camera in ("front", "wrist")}
         states, actions = rng.normal(size=(6, 5)), rng.uniform(-1, 1, (6, 3))
         writer.add_episode(states, actions, np.zeros(6), np.arange(6) == 5, np.zeros(6, bool), images, text)
     windows = DemoWindows(Demonstrations(tmp_path / "demos"), "policy", 1, 4, ["front", "wrist"], instructions=True)
