@@ -2,7 +2,7 @@
 held-out instructions over seeds, and the VLA's decision time with and without the prefix cache.
 
 One dataset of scripted demonstrations (every family, the `train` instructions, imperfect on purpose: action noise
-and hesitation) is collected with the front and wrist cameras. For each seed, configs/vla-bc.yaml trains the VLA on
+and hesitation) is collected with the task and wrist cameras. For each seed, configs/vla-bc.yaml trains the VLA on
 it and configs/vla-ppo.yaml fine-tunes that run with PPO (Flow-SDE chain, sparse success reward, privileged critic,
 frozen backbone), both through the Runner as `policyforge train` runs them. After each stage the policy is evaluated
 on `--eval-envs` fresh episodes of each instruction set, as `policyforge eval RUN --instructions SET` does:
@@ -222,7 +222,7 @@ def main() -> None:
         options["episode_seconds"] = args.episode_seconds
     demos = collect(
         "arm-instructed", args.episodes, dataset, num_envs=min(16, args.episodes), action_noise=args.noise,
-        hesitation=args.hesitation, cameras=["front", "wrist"], image_size=args.image_size, task_options=options,
+        hesitation=args.hesitation, cameras=["task", "wrist"], image_size=args.image_size, task_options=options,
         overwrite=True, progress=False,
     )  # fmt: skip
     console.print(f"collected {args.episodes} demonstrations (success {demos['success_rate']:.0%}) → {dataset}")
