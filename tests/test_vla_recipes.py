@@ -13,7 +13,7 @@ def _recipe(name: str) -> RunConfig:
 def test_the_vla_bc_recipe_clones_every_family_from_both_cameras():
     config = _recipe("vla-bc")
     assert config.policy.tag == "vla" and config.algo.tag == "bc"
-    assert config.sim.task == "arm-instructed" and config.sim.image.cameras == ["front", "wrist"]
+    assert config.sim.task == "arm-instructed" and config.sim.image.cameras == ["task", "wrist"]
     assert config.sim.task_options.get("families") is None  # every family
     assert config.sim.task_options["instructions"] == "train"
 
