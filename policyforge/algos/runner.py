@@ -80,6 +80,12 @@ class Runner:
                 "(cached on disk for the next run; not counted in steps/s)[/dim]"
             )
         self.obs = self.env.reset(seed=config.seed)
+        dataset = getattr(config.algo, "dataset", None)
+        if dataset and config.sim.image.cameras:  # minutes for a large dataset: say why nothing moves
+            self.console.print(
+                f"[dim]reading {dataset}: decoding its videos (and a frozen image encoder's features of each frame, "
+                "computed once)…[/dim]"
+            )
         self.algo = build(config, self.env)
         if config.init_policy:
             load_initial_policy(self.algo.policy, config.init_policy)
