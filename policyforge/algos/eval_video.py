@@ -40,6 +40,9 @@ class EvalFilm:
         """A frame every this many control steps."""
         self.last_step = int(seconds / env.control_dt)
         """Filming stops after this step even if some filmed episodes go on (they end unlabelled)."""
+        texts = env.instructions()
+        self.captions = [texts[i] for i in self.ids] if texts is not None else None
+        """Each filmed episode's instruction (instructed tasks), written under its tiles: read at the reset."""
         self.tiles = self._render(np.ones(len(self.ids), dtype=bool), np.zeros(len(self.ids), dtype=bool))
         """The latest frame of each filmed env [k, H, W, 3] uint8; a finished env's final, labelled frame."""
         self.ended = np.zeros(len(self.ids), dtype=bool)
@@ -88,7 +91,7 @@ class EvalFilm:
         ended at the last step: their pre-reset state, or, where the backend cannot render it, their last frame."""
         ids = self.ids[rows]
         try:
-            return self.env.render(self.camera, env_ids=ids, width=TILE_WIDTH, height=TILE_HEIGHT, final=True)
+            frames = self.env.render(self.camera, env_ids=ids, width=TILE_WIDTH, height=TILE_HEIGHT, final=True)
         except NotImplementedError:  # gym resets inside its step: an ended tile keeps the frame filmed before
             frames = self.tiles[rows].copy()
             if (~ending).any():
@@ -96,6 +99,10 @@ class EvalFilm:
                     self.camera, env_ids=ids[~ending], width=TILE_WIDTH, height=TILE_HEIGHT
                 )
             return frames
+        if self.captions is not None:
+            captions = [self.captions[row] for row in np.flatnonzero(rows)]
+            frames = np.stack([draw_caption(frame, text) for frame, text in zip(frames, captions, strict=True)])
+        return frames
 
 
 def draw_label(frame: np.ndarray, text: str, colour: tuple[int, int, int]) -> np.ndarray:
@@ -109,6 +116,25 @@ def draw_label(frame: np.ndarray, text: str, colour: tuple[int, int, int]) -> np
     pad = max(3, height // 60)
     draw.rectangle((0, 0, right - left + 2 * pad, bottom - top + 2 * pad), fill=colour)
     draw.text((pad - left, pad - top), text, fill=(255, 255, 255), font=font)
+    return np.asarray(image)
+
+
+def draw_caption(frame: np.ndarray, text: str) -> np.ndarray:
+    """`frame` [H, W, 3] uint8 with `text` in white on a dark band along its bottom, wrapped to the frame's width."""
+    image = Image.fromarray(np.ascontiguousarray(frame))
+    draw = ImageDraw.Draw(image)
+    height, width = frame.shape[:2]
+    font, pad = _font(max(9, height // 18)), max(2, height // 80)
+    lines = [""]
+    for word in text.split():
+        candidate = f"{lines[-1]} {word}".strip()
+        fits = draw.textlength(candidate, font=font) <= width - 2 * pad - 2 * BORDER
+        lines[-1:] = [candidate] if fits or not lines[-1] else [lines[-1], word]
+    line_height = font.getbbox("Ag")[3] + pad
+    top = height - BORDER - len(lines) * line_height - pad
+    draw.rectangle((BORDER, top, width - 1 - BORDER, height - 1 - BORDER), fill=(24, 24, 24))
+    for i, line in enumerate(lines):
+        draw.text((BORDER + pad, top + pad + i * line_height), line, fill=(255, 255, 255), font=font)
     return np.asarray(image)
 
 

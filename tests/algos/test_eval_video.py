@@ -7,12 +7,22 @@ import pytest
 import torch
 
 from policyforge.algos import evaluate as evaluate_module
-from policyforge.algos.eval_video import OUTCOME_COLOURS, TILE_HEIGHT, TILE_WIDTH, EvalFilm, draw_label, tile_grid
+from policyforge.algos.eval_video import (
+    BORDER,
+    OUTCOME_COLOURS,
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    EvalFilm,
+    draw_caption,
+    draw_label,
+    tile_grid,
+)
 from policyforge.algos.evaluate import evaluate
 from policyforge.policies.base import EnvSpec, PolicyConfig
 from policyforge.sims import ImageConfig, SimConfig, make_env
 
 STEPS = 5
+BORDER_INSIDE = BORDER + 1
 """Episode length of the filmed evaluations (episode_seconds = STEPS · 0.04 s): every episode ends by time-out."""
 
 
@@ -158,3 +168,23 @@ def test_a_tile_whose_episode_ended_freezes_while_the_others_play_on():
 def _pair(grid: np.ndarray) -> np.ndarray:
     """The two tiles [2, H, W, 3] of a 1×2 grid."""
     return np.stack([grid[:, :TILE_WIDTH], grid[:, TILE_WIDTH:]])
+
+
+def test_an_instructed_tasks_tiles_carry_their_episodes_instruction(monkeypatch, tmp_path):
+    frames, ends, _ = _filmed_evaluation(monkeypatch, tmp_path, "arm-instructed", "task")
+    band = _tiles(frames[-1])[:, -16:-BORDER_INSIDE, BORDER_INSIDE:-BORDER_INSIDE].astype(int)  # one line's
+    assert ((band < 40).all(axis=-1).mean(axis=(1, 2)) > 0.5).all(), "a dark band at the bottom of every tile"
+    assert ((band > 200).all(axis=-1).any(axis=(1, 2))).all(), "white text on it"
+    above = slice(None, -50)  # two lines of caption at most
+    inside = _inside(_tiles(frames[-1]))[:, above]
+    assert np.abs(inside - _inside(ends["final"])[:, above]).max() == 0, "the scene above it untouched"
+
+
+def test_captions_wrap_to_the_tile():
+    frame = np.full((TILE_HEIGHT, TILE_WIDTH, 3), 128, np.uint8)
+    short = draw_caption(frame, "lift the red cube")
+    long = draw_caption(frame, "pick up the red block and set it down on the yellow pad, then do it once more")
+    rows_of = lambda image: int((np.abs(image.astype(int) - 128).sum(axis=(1, 2)) > 0).sum())  # noqa: E731
+    assert rows_of(long) > 1.5 * rows_of(short), "a long instruction wraps onto a second line"
+    assert not np.array_equal(short, draw_caption(frame, "lift the blue cube"))
+    assert np.array_equal(short[: TILE_HEIGHT // 2], frame[: TILE_HEIGHT // 2])
