@@ -74,6 +74,9 @@ class PPO(Algorithm):
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
         start = time.perf_counter()
         self._sim_seconds = 0.0
+        # eval mode throughout: training-time augmentation (an image encoder's random shift) would draw other inputs
+        # at each rescoring, and the ratios would move before the policy does
+        self.policy.eval()
         batch, obs = self._collect(env, obs, on_step)
         collected = time.perf_counter()
         self._set_learning_rate()

@@ -111,3 +111,21 @@ def test_critic_warm_up_leaves_the_policy_alone(tmp_path):
     runner.obs, _ = runner.algo.iterate(runner.env, runner.obs, lambda info: None)
     assert not all(torch.equal(v, policy_start[k]) for k, v in weights(policy).items())
     runner.close()
+
+
+def test_an_image_policys_first_ratio_is_exactly_one(tmp_path):
+    """PPO rescores in eval mode: the image encoder's random-shift augmentation (on while training BC) would give
+    each rescoring other inputs, so the ratios would move before the policy does."""
+    settings = {
+        "name": "image-ratio",
+        "out_dir": str(tmp_path),
+        "sim": {"task": "arm-reach", "num_envs": 4, "image": {"cameras": ["front"], "width": 32, "height": 32}},
+        "algo": {"rollout_steps": 4, "epochs": 1, "minibatches": 1},
+        "runner": {"total_env_steps": 32, "eval_envs": 2, "video": "none", "tensorboard": False},
+        "policy": {**CLASSES["flow_sde"], "encoder": {"random_shift": 4, "image_channels": 8, "image_features": 16}},
+    }
+    runner = Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
+    runner.algo.policy.train()  # as a BC run leaves it
+    _, metrics = runner.algo.iterate(runner.env, runner.obs, lambda info: None)
+    assert metrics["loss/approx_kl"] == 0.0 and metrics["loss/clip_fraction"] == 0.0
+    runner.close()
