@@ -40,16 +40,18 @@ import dataclasses
 from typing import Any, Literal
 
 import torch
+from torch import nn
 
 from policyforge.config import ConfigError, check, check_in
 from policyforge.policies.base import IMAGE_FEATURES_KEY, EnvSpec, Obs, register_policy
 from policyforge.policies.chunked import IMAGE_KEY
-from policyforge.policies.efficientnet import BLOCKS
+from policyforge.policies.efficientnet import BLOCKS, load_pretrained_efficientnet, stage_stride
+from policyforge.policies.encoders import MAX_SHIFT
 from policyforge.policies.flow import FlowChainConfig, FlowPolicy
 from policyforge.policies.history import InputState, ObservationHistory
 from policyforge.policies.language import InstructionEncoder
 from policyforge.policies.networks import MAX_WIDTH
-from policyforge.policies.vla_networks import ActionExpert, VLABackbone, pooled
+from policyforge.policies.vla_networks import SCRATCH_STRIDE, ActionExpert, ScratchStem, VLABackbone, pooled
 from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTION_TOKENS, SEP_ID
 
 MAX_LAYERS = 24
@@ -74,11 +76,22 @@ class VisionConfig:
     """Fine-tune EfficientNet-lite0's weights too (its batch norms keep their pretrained statistics either way)."""
     scratch_channels: int = 32
     """Channels of the first layer of the scratch CNN (its last has 4×)."""
+    random_shift: int = 4
+    """The scratch CNN's augmentation while training (BC): each image shifted by up to this many px (0: off). A
+    frozen EfficientNet's features are computed once per frame instead, unaugmented."""
 
     def __post_init__(self) -> None:
         check_in(self.efficientnet_stages, "efficientnet_stages", f"[3, {len(BLOCKS)}]", "stride 8, 16 or 32")
         check_in(self.scratch_channels, "scratch_channels", f"[8, {MAX_WIDTH}]")
         check(self.scratch_channels % 8 == 0, "scratch_channels", "must be a multiple of 8 (GroupNorm's groups)")
+        check_in(self.random_shift, "random_shift", f"[0, {MAX_SHIFT}]", unit=" px")
+
+    def build(self) -> tuple[nn.Module, int]:
+        """The image encoder (uint8 [N, Hi, Wi, 3] → [N, C, h, w]) and its stride."""
+        if self.encoder == "scratch":
+            return ScratchStem(self.scratch_channels, self.random_shift), SCRATCH_STRIDE
+        network = load_pretrained_efficientnet(self.efficientnet_stages)
+        return network.requires_grad_(self.train_pretrained), stage_stride(self.efficientnet_stages)
 
 
 @register_policy("vla")
@@ -130,7 +143,7 @@ class VLAPolicy(FlowPolicy):
 
     def __init__(self, state_dim: int, action_dim: int, config: VLAConfig, image_shape: tuple[int, ...]):
         text = InstructionEncoder(INSTRUCTION_TOKENS)
-        vision = config.vision
+        vision, stride = config.vision.build()
         backbone = VLABackbone(
             state_dim,
             config.chunk.n_obs_steps,
@@ -139,10 +152,8 @@ class VLAPolicy(FlowPolicy):
             config.width,
             config.heads,
             config.prefix_layers,
-            vision.encoder,
-            vision.efficientnet_stages,
-            vision.train_pretrained,
-            vision.scratch_channels,
+            vision,
+            stride,
             config.normalize_state,
         )
         expert = ActionExpert(

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from policyforge.policies.denoisers import SinusoidalEmbedding
-from policyforge.policies.efficientnet import EfficientNetLite0, load_pretrained_efficientnet, stage_stride
+from policyforge.policies.efficientnet import EfficientNetLite0
+from policyforge.policies.encoders import random_shift
 from policyforge.policies.normalizer import RunningNormalizer
 
 SCRATCH_STRIDE = 16
@@ -65,10 +66,12 @@ def attention_bias(valid: torch.Tensor) -> torch.Tensor:
 
 
 class ScratchStem(nn.Module):
-    """A small CNN trained from scratch: uint8 [N, Hi, Wi, 3] → feature map [N, 4c, Hi/16, Wi/16]."""
+    """A small CNN trained from scratch: uint8 [N, Hi, Wi, 3] → feature map [N, 4c, Hi/16, Wi/16]; while training,
+    each image shifted by up to `random_shift` px (DrQ's augmentation, `encoders.random_shift`)."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, random_shift: int = 0):
         super().__init__()
+        self.random_shift = random_shift
         c, layers, c_in = channels, [], 3
         for c_out in (c, 2 * c, 2 * c, 4 * c):
             layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.GroupNorm(8, c_out), nn.GELU()]
@@ -77,7 +80,10 @@ class ScratchStem(nn.Module):
         self.out_channels, self.stride = 4 * c, SCRATCH_STRIDE
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.net(images.permute(0, 3, 1, 2).float() / 255.0 - 0.5)
+        x = images.permute(0, 3, 1, 2).float() / 255.0 - 0.5
+        if self.training and self.random_shift:
+            x = random_shift(x, self.random_shift)
+        return self.net(x)
 
 
 class VLABackbone(nn.Module):
@@ -92,22 +98,15 @@ class VLABackbone(nn.Module):
         width: int,
         heads: int,
         layers: int,
-        vision: str,
-        efficientnet_stages: int,
-        train_pretrained: bool,
-        scratch_channels: int,
+        vision: nn.Module,
+        stride: int,
         normalize_state: bool,
     ):
+        """`vision`: uint8 images [N, Hi, Wi, 3] → feature maps [N, vision.out_channels, Hi/stride, Wi/stride]."""
         super().__init__()
         views, height, width_px = image_shape[0], image_shape[1], image_shape[2]
         self.normalizer = RunningNormalizer(state_dim, enabled=normalize_state)
-        if vision == "efficientnet_lite0":
-            self.vision: nn.Module = load_pretrained_efficientnet(efficientnet_stages)
-            self.vision.requires_grad_(train_pretrained)
-            stride = stage_stride(efficientnet_stages)
-        else:
-            self.vision = ScratchStem(scratch_channels)
-            stride = SCRATCH_STRIDE
+        self.vision = vision
         grid = math.ceil(height / stride) * math.ceil(width_px / stride)
         self.image_tokens = n_obs_steps * views * grid
         self.image_proj = nn.Linear(self.vision.out_channels, width)

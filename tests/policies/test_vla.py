@@ -276,3 +276,16 @@ def test_an_instructed_task_runs_without_the_vla_extra(monkeypatch):
             VLAConfig(**TINY).build(spec)
     finally:
         env.close()
+
+
+def test_the_scratch_stem_shifts_images_while_training_only():
+    torch.manual_seed(0)
+    policy = tiny_vla()  # the scratch stem, random_shift 4
+    obs = observations(policy, ["lift the red cube", "touch the blue cube"])
+    assert torch.equal(policy.encode(obs), policy.encode(obs)), "evaluation sees the images as they are"
+    policy.train()
+    assert not torch.equal(policy.encode(obs), policy.encode(obs)), "BC sees them shifted, differently each time"
+    still = tiny_vla(vision=VisionConfig(encoder="scratch", scratch_channels=8, random_shift=0)).train()
+    assert torch.equal(still.encode(obs), still.encode(obs))
+    with pytest.raises(ConfigError, match="random_shift"):
+        VisionConfig(random_shift=-1)
