@@ -28,16 +28,6 @@ CAMERAS = ["front", "wrist"]
 TASK = "arm-instructed"
 
 
-def per_frame_renderer(model: mujoco.MjModel, size: int, fast: bool) -> mujoco.Renderer:
-    if not fast:
-        return mujoco.Renderer(model, height=size, width=size)
-    with render._no_multisampling(model):
-        renderer = mujoco.Renderer(model, height=size, width=size)
-    for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
-        renderer.scene.flags[flag] = 0
-    return renderer
-
-
 def frames_per_second(draw, frames: int, repeats: int = 2) -> float:
     start = time.perf_counter()
     for _ in range(repeats):
@@ -68,8 +58,10 @@ def measure(num_envs: int, size: int, rounds: int) -> dict:
         envs["none"].step(torch.rand(num_envs, envs["none"].action_dim, generator=generator) * 2 - 1)
     states = [envs["none"].batch.get_data(i, mujoco.MjData(model)) for i in range(num_envs)]
     tiled = render.TiledRenderer(model, size, size)
-    renderers = {"per_frame": per_frame_renderer(model, size, fast=False)}
-    renderers["no_shadows"] = per_frame_renderer(model, size, fast=True)
+    renderers = {
+        "per_frame": mujoco.Renderer(model, height=size, width=size),
+        "no_shadows": render.fast_frame_renderer(model, size, size),
+    }
 
     def one_by_one(renderer: mujoco.Renderer):
         def draw():

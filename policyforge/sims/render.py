@@ -29,6 +29,15 @@ def camera_names(model: mujoco.MjModel) -> list[str]:
     return [model.camera(i).name for i in range(model.ncam)]
 
 
+def camera_id(cameras: list[str], camera: str | None) -> int:
+    """Id of `camera` among a model's `cameras` (None: the first, or -1, the free camera, if there is none)."""
+    if camera is None:
+        return 0 if cameras else -1
+    if camera not in cameras:
+        raise ValueError(f"unknown camera {camera!r}; this model has {cameras}")
+    return cameras.index(camera)
+
+
 def _ensure_headless_gl() -> None:
     """Use EGL when mujoco was imported before policyforge (so before MUJOCO_GL=egl was set) and there is no
     display: mujoco binds its GL backend at import time and would otherwise try GLFW, which needs X11."""
@@ -58,11 +67,7 @@ class FrameRenderer:
 
     def camera_id(self, camera: str | None) -> int:
         """Id of `camera` (None: the first camera, or the free camera if the model has none)."""
-        if camera is None:
-            return 0 if self.cameras else -1
-        if camera not in self.cameras:
-            raise ValueError(f"unknown camera {camera!r}; this model has {self.cameras}")
-        return self.cameras.index(camera)
+        return camera_id(self.cameras, camera)
 
     def render(self, data: mujoco.MjData, camera: str | None = None) -> np.ndarray:
         """One RGB frame [H, W, 3] uint8 of `data` (whose kinematics must be current)."""
@@ -89,6 +94,21 @@ def _no_multisampling(model: mujoco.MjModel) -> Iterator[None]:
         model.vis.quality.offsamples = samples
 
 
+def fast_scene(scene: mujoco.MjvScene) -> mujoco.MjvScene:
+    """`scene` without shadows and reflections: what `quality: fast` leaves out besides multisampling."""
+    for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
+        scene.flags[flag] = 0
+    return scene
+
+
+def fast_frame_renderer(model: mujoco.MjModel, width: int, height: int) -> mujoco.Renderer:
+    """`mujoco.Renderer` drawing one frame per call with the fast settings: the tiles' reference (tests, benches)."""
+    with _no_multisampling(model):
+        renderer = mujoco.Renderer(model, height=height, width=width)
+    fast_scene(renderer.scene)
+    return renderer
+
+
 class TiledRenderer:
     """Renders many small frames per call, each into its own tile of one offscreen buffer that is read back once,
     without shadows, reflections or multisampling (`ImageConfig.quality` fast).
@@ -113,9 +133,7 @@ class TiledRenderer:
         with _no_multisampling(model):
             self._context: mujoco.MjrContext | None = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
         mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._context)
-        self._scene = mujoco.MjvScene(model, maxgeom=10_000)
-        for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
-            self._scene.flags[flag] = 0
+        self._scene = fast_scene(mujoco.MjvScene(model, maxgeom=10_000))
         self._option, self._perturb, self._camera = mujoco.MjvOption(), mujoco.MjvPerturb(), mujoco.MjvCamera()
         self._pixels = np.empty((buffer_height, buffer_width, 3), dtype=np.uint8)
         if not _OPEN:
@@ -130,13 +148,13 @@ class TiledRenderer:
         if self._context is None:
             raise RuntimeError("this renderer was closed")
         self._gl.make_current()
-        camera_ids = [self._camera_id(camera) for camera in cameras]
+        camera_ids = [camera_id(self.cameras, camera) for camera in cameras]
         tiles_per_pass = self.columns * self.rows
         frames: list[np.ndarray] = []
         pending = 0
         for data in states:
-            for camera_id in camera_ids:
-                self._draw(data, camera_id, pending)
+            for view_id in camera_ids:
+                self._draw(data, view_id, pending)
                 pending += 1
                 if pending == tiles_per_pass:
                     frames.extend(self._read(pending))
@@ -147,19 +165,12 @@ class TiledRenderer:
             return np.empty((0, views, self.height, self.width, 3), dtype=np.uint8)
         return np.stack(frames).reshape(len(frames) // views, views, self.height, self.width, 3)
 
-    def _camera_id(self, camera: str | None) -> int:
-        if camera is None:
-            return 0 if self.cameras else -1
-        if camera not in self.cameras:
-            raise ValueError(f"unknown camera {camera!r}; this model has {self.cameras}")
-        return self.cameras.index(camera)
-
-    def _draw(self, data: mujoco.MjData, camera_id: int, tile: int) -> None:
-        if camera_id < 0:
+    def _draw(self, data: mujoco.MjData, view_id: int, tile: int) -> None:
+        if view_id < 0:
             self._camera.type = mujoco.mjtCamera.mjCAMERA_FREE
             mujoco.mjv_defaultFreeCamera(self.model, self._camera)
         else:
-            self._camera.type, self._camera.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, camera_id
+            self._camera.type, self._camera.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, view_id
         mujoco.mjv_updateScene(
             self.model, data, self._option, self._perturb, self._camera, mujoco.mjtCatBit.mjCAT_ALL, self._scene
         )

@@ -64,10 +64,7 @@ def test_final_frames_show_the_state_before_the_auto_reset():
 
 def _frame_by_frame(model, states, cameras, width, height):
     """The reference for fast observations: mujoco.Renderer, one frame per call, shadows and multisampling off."""
-    with render._no_multisampling(model):
-        renderer = mujoco.Renderer(model, height=height, width=width)
-    for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
-        renderer.scene.flags[flag] = 0
+    renderer = render.fast_frame_renderer(model, width, height)
     frames = []
     for data in states:
         for camera in cameras:
