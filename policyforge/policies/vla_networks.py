@@ -25,8 +25,8 @@ from policyforge.policies.efficientnet import EfficientNetLite0
 from policyforge.policies.encoders import random_shift
 from policyforge.policies.normalizer import RunningNormalizer
 
-SCRATCH_STRIDE = 16
-"""The from-scratch image stem's stride: the same token grid as EfficientNet-lite0's stage 5."""
+SCRATCH_STRIDES = (8, 16)
+"""The from-scratch image stem's strides: the token grids of EfficientNet-lite0's stages 3 and 5."""
 
 
 class Block(nn.Module):
@@ -66,18 +66,20 @@ def attention_bias(valid: torch.Tensor) -> torch.Tensor:
 
 
 class ScratchStem(nn.Module):
-    """A small CNN trained from scratch: uint8 [N, Hi, Wi, 3] → feature map [N, 4c, Hi/16, Wi/16]; while training,
-    each image shifted by up to `random_shift` px (DrQ's augmentation, `encoders.random_shift`)."""
+    """A small CNN trained from scratch: uint8 [N, Hi, Wi, 3] → feature map [N, 4c, Hi/s, Wi/s] (s = `stride`, one
+    stride-2 convolution per halving); while training, each image shifted by up to `random_shift` px (DrQ's
+    augmentation, `encoders.random_shift`)."""
 
-    def __init__(self, channels: int, random_shift: int = 0):
+    def __init__(self, channels: int, random_shift: int = 0, stride: int = 16):
         super().__init__()
         self.random_shift = random_shift
         c, layers, c_in = channels, [], 3
-        for c_out in (c, 2 * c, 2 * c, 4 * c):
+        widths = (c, 2 * c, 4 * c) if stride == 8 else (c, 2 * c, 2 * c, 4 * c)
+        for c_out in widths:
             layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.GroupNorm(8, c_out), nn.GELU()]
             c_in = c_out
         self.net = nn.Sequential(*layers)
-        self.out_channels, self.stride = 4 * c, SCRATCH_STRIDE
+        self.out_channels, self.stride = 4 * c, 2 ** len(widths)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = images.permute(0, 3, 1, 2).float() / 255.0 - 0.5

@@ -289,3 +289,13 @@ def test_the_scratch_stem_shifts_images_while_training_only():
     assert torch.equal(still.encode(obs), still.encode(obs))
     with pytest.raises(ConfigError, match="random_shift"):
         VisionConfig(random_shift=-1)
+
+
+def test_the_scratch_stride_sets_the_token_grid():
+    obs_images = torch.zeros(2, 64, 64, 3, dtype=torch.uint8)
+    for stride, grid in ((16, 4), (8, 8)):
+        stem, built_stride = VisionConfig(encoder="scratch", scratch_channels=8, scratch_stride=stride).build()
+        assert built_stride == stride
+        assert stem(obs_images).shape[-2:] == (grid, grid)
+    with pytest.raises(ConfigError, match="scratch_stride: must be one of"):
+        VisionConfig(encoder="scratch", scratch_stride=4)
