@@ -103,8 +103,10 @@ class VLABackbone(nn.Module):
         vision: nn.Module,
         stride: int,
         normalize_state: bool,
+        language_film: bool = False,
     ):
-        """`vision`: uint8 images [N, Hi, Wi, 3] → feature maps [N, vision.out_channels, Hi/stride, Wi/stride]."""
+        """`vision`: uint8 images [N, Hi, Wi, 3] → feature maps [N, vision.out_channels, Hi/stride, Wi/stride].
+        `language_film`: modulate every image token by the instruction before the transformer (`film_tokens`)."""
         super().__init__()
         views, height, width_px = image_shape[0], image_shape[1], image_shape[2]
         self.normalizer = RunningNormalizer(state_dim, enabled=normalize_state)
@@ -113,6 +115,12 @@ class VLABackbone(nn.Module):
         self.image_tokens = n_obs_steps * views * grid
         self.image_proj = nn.Linear(self.vision.out_channels, width)
         self.image_position = nn.Parameter(0.02 * torch.randn(self.image_tokens, width))
+        self.film, self.film_out = None, None
+        if language_film:
+            self.film = nn.Linear(text_dim, 2 * width)  # zero at first: the modulation starts as the identity
+            nn.init.zeros_(self.film.weight)
+            nn.init.zeros_(self.film.bias)
+            self.film_out = nn.Linear(width, width)
         self.text_proj = nn.Linear(text_dim, width)
         self.state_proj = nn.Linear(n_obs_steps * state_dim, width)
         self.kind = nn.Parameter(0.02 * torch.randn(3, width))  # image / language / proprio token type
@@ -138,6 +146,8 @@ class VLABackbone(nn.Module):
         features = self.image_features(image) if image_features is None else image_features
         features = features.flatten(0, 2)  # [B·T_o·V, C, h, w]
         image_tokens = self.image_proj(features.flatten(2).transpose(1, 2)).reshape(b, self.image_tokens, -1)
+        if self.film is not None:
+            image_tokens = self.film_tokens(image_tokens, text, text_mask)
         tokens = [
             image_tokens + self.image_position + self.kind[0],
             self.text_proj(text) + self.kind[1],
@@ -150,6 +160,15 @@ class VLABackbone(nn.Module):
         for block in self.blocks:
             h = block(h, bias)
         return torch.cat([self.norm(h), valid[:, :, None]], dim=-1)
+
+    def film_tokens(self, tokens: torch.Tensor, text: torch.Tensor, text_mask: torch.Tensor) -> torch.Tensor:
+        """Image tokens [B, N, W] + MLP(FiLM): each token's channels scaled and shifted by the mean of the
+        instruction's token features (RT-1's and BC-Z's FiLM), so a channel can mean "the named cube is here" before
+        any attention has to bind a colour word to a place."""
+        mask = text_mask.to(text.dtype)[:, :, None]
+        sentence = (text * mask).sum(1) / mask.sum(1)
+        scale, shift = self.film(sentence)[:, None].chunk(2, dim=-1)
+        return tokens + self.film_out(nn.functional.gelu(tokens * (1 + scale) + shift))
 
 
 def pooled(prefix: torch.Tensor) -> torch.Tensor:

@@ -299,3 +299,45 @@ def test_the_scratch_stride_sets_the_token_grid():
         assert stem(obs_images).shape[-2:] == (grid, grid)
     with pytest.raises(ConfigError, match="scratch_stride: must be one of"):
         VisionConfig(encoder="scratch", scratch_stride=4)
+
+
+def grounding_batch(policy: VLAPolicy, size: int, generator: torch.Generator) -> tuple[dict, torch.Tensor]:
+    """A red and a blue 4 × 4 square at random places of the first view; the instruction names one; the action
+    chunk is the named square's place in [-1, 1]² (and 0)."""
+    obs = observations(policy, ["touch the red cube"] * size)
+    image = torch.full(obs["image"].shape, 120, dtype=torch.uint8)
+    places = torch.randint(2, 26, (size, 2, 2), generator=generator)
+    colours = {"red": (220, 30, 30), "blue": (30, 60, 220)}
+    for i in range(size):
+        for k, rgb in enumerate(colours.values()):
+            y, x = places[i, k].tolist()
+            image[i, 0, 0, y : y + 4, x : x + 4] = torch.tensor(rgb, dtype=torch.uint8)
+    named = torch.randint(0, 2, (size,), generator=generator)
+    obs["image"] = image
+    obs[INSTRUCTION_KEY] = tokenizer()([f"touch the {list(colours)[k]} cube" for k in named.tolist()])
+    place = (places[torch.arange(size), named].float() + 2 - 16) / 16
+    return obs, torch.cat([place, torch.zeros(size, 1)], 1)[:, None].expand(-1, CHUNK.horizon, 3)
+
+
+@pytest.mark.slow
+def test_the_vla_grounds_the_named_object():
+    """Which square to reach only the instruction says and where it is only the image: guessing between the two
+    errs 0.26 on average; FiLM on the image tokens learns to find the named one (0.05 at 1,500 steps, measured;
+    without it the error stays at 0.26 — VLAConfig.language_film)."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    vision = VisionConfig(encoder="scratch", scratch_channels=8, scratch_stride=8, random_shift=0)
+    policy = tiny_vla(vision=vision)
+    test_obs, test_target = grounding_batch(policy, 128, torch.Generator().manual_seed(99))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    policy.train()
+    for _ in range(1000):
+        loss = policy.bc_loss(*grounding_batch(policy, 64, generator))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    policy.eval()
+    with torch.no_grad():
+        error = (policy.act(test_obs) - test_target)[..., :2].abs().mean()
+    midpoint = (test_target[:, 0, :2] - test_target[:, 0, :2].mean(0)).abs().mean()
+    assert error < 0.12, f"place error {error:.3f} (the mean place's error: {midpoint:.3f})"
