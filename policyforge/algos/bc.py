@@ -22,7 +22,7 @@ from policyforge.algos.base import Algorithm, StepCallback
 from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algorithm
 from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError, Demonstrations
-from policyforge.data.layout import ACTION, STATE
+from policyforge.data.layout import ACTION, ENV_STATE, STATE
 from policyforge.policies.base import IMAGE_FEATURES_KEY, IMAGE_KEY, Obs, Policy
 from policyforge.sims.instruction_obs import INSTRUCTION_KEY
 from policyforge.sims.vec_env import VecEnv
@@ -88,9 +88,12 @@ class DemoWindows:
         cameras: list[str],
         max_episodes: int = 0,
         instructions: bool = False,
+        privileged_key: str | None = None,
     ):
         """`instructions`: give each window its episode's instruction as token ids (`obs["instruction"]`, from
-        the dataset's `task`), for policies that read it (a VLA); DatasetError when the dataset has none."""
+        the dataset's `task`), for policies that read it (a VLA); DatasetError when the dataset has none.
+        `privileged_key`: give each window its frame's privileged state (`observation.environment_state`) under
+        this key (`Policy.bc_privileged_key`); DatasetError when the dataset has none."""
         bounds = demos.episode_bounds[: max_episodes or None]
         self.obs_key, self.n_obs_steps, self.horizon = obs_key, n_obs_steps, horizon
         self.states = torch.as_tensor(demos.column(STATE), dtype=torch.float32)
@@ -102,6 +105,10 @@ class DemoWindows:
             self.images = torch.as_tensor(np.stack([demos.images(camera) for camera in cameras], axis=1))
         lengths = bounds[:, 1] - bounds[:, 0]
         self.instructions = instruction_ids(demos) if instructions else None
+        self.privileged_key, self.env_states = privileged_key, None
+        """Every frame's privileged state [N, D_e] (with `privileged_key`)."""
+        if privileged_key is not None:
+            self.env_states = torch.as_tensor(privileged_states(demos), dtype=torch.float32)
         self.frames = torch.as_tensor(np.concatenate([np.arange(a, b) for a, b in bounds]))
         self.first = torch.as_tensor(np.repeat(bounds[:, 0], lengths))
         self.last = torch.as_tensor(np.repeat(bounds[:, 1] - 1, lengths))
@@ -131,7 +138,20 @@ class DemoWindows:
             obs = {k: v[:, 0] for k, v in obs.items()}
         if self.instructions is not None:  # fixed within an episode: no history axis
             obs[INSTRUCTION_KEY] = self.instructions[frame[:, 0]]
+        if self.env_states is not None:  # the current frame's: training-time supervision, not a history
+            obs[self.privileged_key] = self.env_states[frame[:, 0]]
         return obs, self.actions[action_index]
+
+
+def privileged_states(demos: Demonstrations) -> np.ndarray:
+    """Each frame's `observation.environment_state` [N, D_e]; DatasetError naming the fix when it has none."""
+    if ENV_STATE not in demos.info["features"]:
+        raise DatasetError(
+            f"{demos.root} has no {ENV_STATE} (the privileged simulator state policy.privileged_aux_weight "
+            "regresses): record the demonstrations with this version's `policyforge collect`, which writes the "
+            "task's critic observation there, or set policy.privileged_aux_weight=0"
+        )
+    return demos.column(ENV_STATE)
 
 
 def instruction_ids(demos: Demonstrations) -> torch.Tensor:
@@ -159,7 +179,10 @@ class BC(Algorithm):
         self.config, self.windows = config, windows
         self.model = policy
         """The weights being trained."""
-        policy.update_normalizer({policy.obs_key: windows.states})
+        fitted = {policy.obs_key: windows.states}
+        if windows.env_states is not None:
+            fitted[windows.privileged_key] = windows.env_states
+        policy.update_normalizer(fitted)
         self.policy = copy.deepcopy(policy).requires_grad_(False).eval()
         """The EMA of `model`: what is evaluated, checkpointed as the policy, and exported."""
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -271,6 +294,7 @@ def demo_windows(policy: Policy, demos: Demonstrations, config: BCConfig, camera
             cameras,
             config.max_episodes,
             instructions=INSTRUCTION_KEY in policy.obs_keys,
+            privileged_key=policy.bc_privileged_key,
         )
     except DatasetError as err:  # e.g. a video that does not decode
         raise ConfigError("algo.dataset", str(err)) from None

@@ -120,6 +120,7 @@ def collect(
                 info_extra,
                 robot_type="panda" if task.startswith("arm-") else task.split("-")[0],
                 session={"seed": env_seed, "num_envs": num_envs},
+                env_state_dim=env.obs_shapes["critic"][0] if "critic" in env.obs_shapes else 0,
             )
         except (ValueError, FileExistsError) as err:
             raise ConfigError("out", str(err)) from None
@@ -158,10 +159,11 @@ def _record(
         decided = expert.act(obs) if isinstance(expert, PolicyExpert) else expert.act(env.state)
         action = decided.astype(np.float32)  # recorded exactly as executed
         states = obs["policy"].numpy()
+        env_states = obs["critic"].numpy() if writer.env_state_dim else None
         images = obs["image"].numpy() if cameras else None
         obs, reward, terminated, truncated, info = env.step(action)
         step_success = info["success"].numpy() if "success" in info else np.zeros(num_envs, bool)
-        step = (states, action, reward.numpy(), (terminated | truncated).numpy(), step_success, images)
+        step = (states, env_states, action, reward.numpy(), (terminated | truncated).numpy(), step_success, images)
         for i, buffer in enumerate(buffers):
             _append(buffer, i, *step, cameras)
         ended = np.flatnonzero(info["episode"]["done"].numpy())
@@ -194,9 +196,13 @@ def _record(
     }
 
 
-def _append(buffer: dict, i: int, states, action, reward, done, success, images, cameras: list[str]) -> None:
+def _append(
+    buffer: dict, i: int, states, env_states, action, reward, done, success, images, cameras: list[str]
+) -> None:
     """Add env i's frame of this step to its episode buffer (copies: the env reuses its arrays)."""
     buffer["states"].append(states[i].copy())
+    if env_states is not None:
+        buffer.setdefault("env_states", []).append(env_states[i].copy())
     buffer["actions"].append(action[i])
     buffer["rewards"].append(float(reward[i]))
     buffer["dones"].append(bool(done[i]))

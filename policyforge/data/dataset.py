@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from policyforge.data import integrity, layout, recovery
 from policyforge.data.integrity import DatasetError
-from policyforge.data.layout import ACTION, STATE
+from policyforge.data.layout import ACTION, ENV_STATE, STATE
 from policyforge.io import is_plain_name, write_json
 
 EPISODES_PER_META_FILE = 500
@@ -192,11 +192,13 @@ class DemoWriter:
         *,
         robot_type: str | None = None,
         session: dict[str, Any] | None = None,
+        env_state_dim: int = 0,
     ):
         """`fps`: frames per second (integer, as LeRobot requires); `cameras`: names, stored as
         `observation.images.<name>`; `image_hw`: (height, width); `task_name`, `info_extra`: policyforge's facts,
         kept in info.json under "policyforge"; `session`: facts of this writing session only (e.g. a seed),
-        listed under "policyforge.sessions" with the first episode it wrote."""
+        listed under "policyforge.sessions" with the first episode it wrote; `env_state_dim`: size of the
+        privileged state every episode then gives (`observation.environment_state`; 0: none)."""
         if int(fps) != fps or fps <= 0:
             raise ValueError(f"fps must be a positive integer (LeRobot's timestamps are frame_index / fps), got {fps}")
         self.root = Path(root)
@@ -205,8 +207,9 @@ class DemoWriter:
             if not is_plain_name(layout.camera_key(camera)):
                 raise ValueError(f"camera names are plain names (letters, digits, '.', '_', '-'), got {camera!r}")
         self.fps, self.state_dim, self.action_dim = int(fps), state_dim, action_dim
+        self.env_state_dim = env_state_dim
         self.image_hw = tuple(image_hw)
-        spec = layout.features(state_dim, action_dim, self.cameras, self.image_hw, self.fps)
+        spec = layout.features(state_dim, action_dim, self.cameras, self.image_hw, self.fps, env_state_dim)
         extra = json.loads(json.dumps({"task": task_name, **(info_extra or {})}))  # as info.json will hold it
         if (self.root / layout.INFO_PATH).exists():
             existing = Demonstrations(self.root)
@@ -253,11 +256,13 @@ class DemoWriter:
         successes: np.ndarray,
         images: dict[str, np.ndarray] | None = None,
         instruction: str | None = None,
+        env_states: np.ndarray | None = None,
     ) -> int:
         """Write and commit one episode; returns its index. `states` [T, D] (what the policy saw before acting),
         `actions` [T, A], `rewards`, `dones`, `successes` [T] (after each action), `images` {camera: [T, H, W, 3]
-        uint8}, `instruction`: the language task (default: the task name)."""
-        frames = self._validate(states, actions, rewards, dones, successes, images or {})
+        uint8}, `instruction`: the language task (default: the task name), `env_states` [T, D_e]: the privileged
+        state beside each `states` row (exactly when the writer has `env_state_dim`)."""
+        frames = self._validate(states, actions, rewards, dones, successes, images or {}, env_states)
         length, episode, start = len(states), len(self.rows), self.num_frames
         instruction = instruction or self.info["policyforge"].get("task") or "demonstration"
         new_task = instruction not in self.tasks
@@ -265,6 +270,7 @@ class DemoWriter:
         columns = {
             STATE: np.asarray(states, np.float32),
             ACTION: np.asarray(actions, np.float32),
+            **({ENV_STATE: np.asarray(env_states, np.float32)} if self.env_state_dim else {}),
             "next.reward": np.asarray(rewards, np.float32),
             "next.done": np.asarray(dones, bool),
             "next.success": np.asarray(successes, bool),
@@ -298,7 +304,7 @@ class DemoWriter:
         self._write_summary()
         return episode
 
-    def _validate(self, states, actions, rewards, dones, successes, images) -> dict[str, np.ndarray]:
+    def _validate(self, states, actions, rewards, dones, successes, images, env_states) -> dict[str, np.ndarray]:
         length = len(states)
         expected = {
             "states": (states, (length, self.state_dim)),
@@ -307,10 +313,13 @@ class DemoWriter:
             "dones": (dones, (length,)),
             "successes": (successes, (length,)),
         }
+        if self.env_state_dim or env_states is not None:
+            expected["env_states"] = (env_states, (length, self.env_state_dim))
         for name, (value, shape) in expected.items():
-            if np.shape(value) != shape or length == 0:
-                raise ValueError(f"{name} must be {list(shape)} (T ≥ 1 frames), got {list(np.shape(value))}")
-        for name in ("states", "actions", "rewards"):
+            if value is None or np.shape(value) != shape or length == 0:
+                got = "none" if value is None else list(np.shape(value))
+                raise ValueError(f"{name} must be {list(shape)} (T ≥ 1 frames), got {got}")
+        for name in ("states", "actions", "rewards", *(["env_states"] if "env_states" in expected else [])):
             bad = np.argwhere(~np.isfinite(np.asarray(expected[name][0], np.float64)))
             if len(bad):
                 raise ValueError(f"{name} hold NaN or inf (first at index {bad[0].tolist()})")

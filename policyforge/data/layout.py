@@ -36,6 +36,9 @@ DATA_PATH = "data/" + CHUNK_FILE + ".parquet"
 VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE + ".mp4"
 IMAGE_PREFIX = "observation.images."
 STATE, ACTION = "observation.state", "action"
+ENV_STATE = "observation.environment_state"
+"""LeRobot's key for privileged simulator state (object poses, ...): training-time supervision, never a policy input
+on a robot. policyforge writes the task's critic observation there."""
 INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 VIDEO_CRF = 0
 """x264 constant rate factor: 0 is lossless in YUV 4:4:4, so decoded RGB frames differ by ≤ 2 (colour conversion)."""
@@ -50,14 +53,24 @@ def camera_key(camera: str) -> str:
     return camera if camera.startswith(IMAGE_PREFIX) else IMAGE_PREFIX + camera
 
 
-def features(state_dim: int, action_dim: int, cameras: Sequence[str], image_hw: tuple[int, int], fps: int) -> dict:
-    """The `features` entry of info.json: dtype, shape and names of every column and video stream."""
+def features(
+    state_dim: int,
+    action_dim: int,
+    cameras: Sequence[str],
+    image_hw: tuple[int, int],
+    fps: int,
+    env_state_dim: int = 0,
+) -> dict:
+    """The `features` entry of info.json: dtype, shape and names of every column and video stream
+    (`observation.environment_state` when `env_state_dim`)."""
     height, width = image_hw
     scalar = {"shape": [1], "names": None}
     spec: dict[str, dict[str, Any]] = {
         STATE: {"dtype": "float32", "shape": [state_dim], "names": None},
         ACTION: {"dtype": "float32", "shape": [action_dim], "names": None},
     }
+    if env_state_dim:
+        spec[ENV_STATE] = {"dtype": "float32", "shape": [env_state_dim], "names": None}
     for camera in cameras:
         spec[camera_key(camera)] = {
             "dtype": "video",

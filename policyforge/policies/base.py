@@ -99,6 +99,10 @@ class Policy(nn.Module, abc.ABC):
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """Supervised loss (scalar) of demonstrated actions [B, H, A]."""
 
+    bc_privileged_key: str | None = None
+    """The obs key of privileged state `bc_loss` also learns from (BC then gives each window the dataset's
+    `observation.environment_state` under it); None: none."""
+
     def update_normalizer(self, obs: Obs) -> None:
         """Fold a batch of observations into the policy's observation normaliser (if it has one)."""
 

@@ -238,7 +238,10 @@ class FlowPolicy(ChunkedPolicy):
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """Flow-matching loss of demonstrated chunks [B, H, A] (+ shortcut self-consistency / MeanFlow identity)."""
-        cond = self.encode(obs)
+        return self.flow_loss(self.encode(obs), actions)
+
+    def flow_loss(self, cond: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """`bc_loss` given the encoded observation `cond`."""
         batch = actions.shape[0]
         n_big = int(batch * self.config.consistency_fraction) if self.config.variant != "rectified" else 0
         noise = torch.randn_like(actions)

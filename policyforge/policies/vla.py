@@ -51,11 +51,14 @@ from policyforge.policies.flow import FlowChainConfig, FlowPolicy
 from policyforge.policies.history import InputState, ObservationHistory
 from policyforge.policies.language import InstructionEncoder
 from policyforge.policies.networks import MAX_WIDTH
+from policyforge.policies.normalizer import RunningNormalizer
 from policyforge.policies.vla_networks import SCRATCH_STRIDES, ActionExpert, ScratchStem, VLABackbone, pooled
 from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTION_TOKENS, SEP_ID
 
 MAX_LAYERS = 24
 """Most transformer layers of the prefix or the expert (π0's expert has 18)."""
+PRIVILEGED_KEY = "critic"
+"""The privileged state the auxiliary loss regresses (the task's critic observation)."""
 PREFIX_KEY, FROZEN_PREFIX_KEY = "prefix", "frozen_prefix"
 """Keys of `precompute_frozen`'s prefixes [B, P, W + 1] (the policy's, and its frozen steps' copy's)."""
 IMAGE_BATCH = 256
@@ -124,6 +127,11 @@ class VLAConfig(FlowChainConfig):
     one's place is the action, the error stayed at the midpoint guess's (0.26) for 1,500 steps, and fell to 0.05
     with FiLM (tests/policies/test_vla.py::test_the_vla_grounds_the_named_object); on arm-instructed BC without
     FiLM reached 0% at 3,000 steps and shuffling the images between samples left its loss unchanged."""
+    privileged_aux_weight: float = 0.0
+    """BC only: weight of an auxiliary loss, the privileged simulator state (the dataset's
+    `observation.environment_state`, the task's critic observation: object poses, the named cube's place) regressed
+    from the pooled prefix, so what the images show of the named object is learnt from every frame rather than
+    only from the frames whose action reveals it (0: off; the policy never reads that state when acting)."""
     freeze_backbone: bool = False
     """Freeze vision, language projection and prefix transformer (RL then trains the expert and noise network)."""
 
@@ -135,6 +143,7 @@ class VLAConfig(FlowChainConfig):
         check_in(self.prefix_layers, "prefix_layers", f"[1, {MAX_LAYERS}]")
         check_in(self.expert_layers, "expert_layers", f"[1, {MAX_LAYERS}]")
         check_in(self.time_dim, "time_dim", f"[2, {MAX_WIDTH}]")
+        check_in(self.privileged_aux_weight, "privileged_aux_weight", "[0, 100]", "0: off")
         check(self.time_dim % 2 == 0, "time_dim", f"must be even, got {self.time_dim}")
 
     def build(self, env: EnvSpec) -> VLAPolicy:
@@ -146,13 +155,29 @@ class VLAConfig(FlowChainConfig):
                     "(instructions come from tasks that draw them, e.g. arm-instructed, as token ids when the "
                     "`vla` extra is installed: scripts/setup.sh)",
                 )
-        return VLAPolicy(env.state_dim, env.action_dim, self, tuple(env.obs_shapes[IMAGE_KEY]))
+        privileged = env.obs_shapes.get(PRIVILEGED_KEY, (0,))[0] if self.privileged_aux_weight else 0
+        if self.privileged_aux_weight and not privileged:
+            raise ConfigError(
+                "policy.privileged_aux_weight",
+                f"the auxiliary loss regresses obs[{PRIVILEGED_KEY!r}] and this env has none; set it to 0",
+            )
+        return VLAPolicy(env.state_dim, env.action_dim, self, tuple(env.obs_shapes[IMAGE_KEY]), privileged)
 
 
 class VLAPolicy(FlowPolicy):
     """π0-style VLA under the flow policy's chain machinery (module docstring)."""
 
-    def __init__(self, state_dim: int, action_dim: int, config: VLAConfig, image_shape: tuple[int, ...]):
+    rl_only_modules = (*FlowPolicy.rl_only_modules, "privileged_head.", "privileged_normalizer.")  # BC's, not RL's
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        config: VLAConfig,
+        image_shape: tuple[int, ...],
+        privileged_dim: int = 0,
+    ):
+        """`privileged_dim`: size of obs["critic"] the auxiliary loss regresses (with privileged_aux_weight)."""
         text = InstructionEncoder(INSTRUCTION_TOKENS)
         vision, stride = config.vision.build()
         backbone = VLABackbone(
@@ -173,6 +198,12 @@ class VLAPolicy(FlowPolicy):
         )
         super().__init__(state_dim, action_dim, config, image_shape=image_shape, networks=(backbone, expert))
         self.text = text
+        self.privileged_head: nn.Module | None = None
+        if config.privileged_aux_weight:
+            self.privileged_normalizer = RunningNormalizer(privileged_dim)
+            self.privileged_head = nn.Sequential(
+                nn.Linear(config.width, config.width), nn.GELU(), nn.Linear(config.width, privileged_dim)
+            )
         if config.freeze_backbone:
             self.encoder.requires_grad_(False)
         self.export_tolerance = 1e-4  # MiniLM and the attention layers: onnxruntime's float sums round differently
@@ -218,6 +249,31 @@ class VLAPolicy(FlowPolicy):
         text, mask = self.text(obs[INSTRUCTION_KEY])
         encoder = self.base["encoder"] if frozen and self.base is not None else self.encoder
         return encoder(state, None if features is not None else image, text, mask, features)
+
+    @property
+    def bc_privileged_key(self) -> str | None:
+        return PRIVILEGED_KEY if self.privileged_head is not None else None
+
+    def update_normalizer(self, obs: Obs) -> None:
+        super().update_normalizer(obs)
+        if self.privileged_head is not None and PRIVILEGED_KEY in obs:
+            self.privileged_normalizer.update(obs[PRIVILEGED_KEY])
+
+    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+        """The flow-matching loss, plus (privileged_aux_weight) the auxiliary regression of obs["critic"]
+        [B, D_c], normalised, from the pooled prefix."""
+        prefix = self.encode(obs)
+        loss = self.flow_loss(prefix, actions)
+        if self.privileged_head is None:
+            return loss
+        if PRIVILEGED_KEY not in obs:
+            raise ValueError(
+                f"obs.{PRIVILEGED_KEY}: policy.privileged_aux_weight regresses the privileged state and the batch has "
+                "none (BC reads it from the dataset's observation.environment_state)"
+            )
+        target = self.privileged_normalizer(obs[PRIVILEGED_KEY])
+        error = (self.privileged_head(pooled(prefix)) - target).pow(2).mean()
+        return loss + self.config.privileged_aux_weight * error
 
     def _vision_frozen(self) -> bool:
         return not any(p.requires_grad for p in self.encoder.vision.parameters())

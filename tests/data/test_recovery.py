@@ -213,8 +213,8 @@ def test_collect_refuses_to_append_to_a_truncated_data_file(tmp_path, capsys):
     assert main(command) == 0
     truncate(out / "data/chunk-000/file-002.parquet", keep=0.1)
     assert main(command) == 2
-    printed = " ".join(capsys.readouterr().out.split())
-    assert "--out: " in printed and "file-002.parquet, a file of episode 2, is damaged" in printed
+    printed = "".join(capsys.readouterr().out.split())  # rich wraps a long path anywhere, even inside a name
+    assert "--out:" in printed and "file-002.parquet,afileofepisode2,isdamaged" in printed
     assert len(data_files(out)) == 3
 
 

@@ -341,3 +341,50 @@ def test_the_vla_grounds_the_named_object():
         error = (policy.act(test_obs) - test_target)[..., :2].abs().mean()
     midpoint = (test_target[:, 0, :2] - test_target[:, 0, :2].mean(0)).abs().mean()
     assert error < 0.12, f"place error {error:.3f} (the mean place's error: {midpoint:.3f})"
+
+
+def test_the_privileged_auxiliary_loss_reads_the_datasets_environment_state(tmp_path):
+    import numpy as np
+
+    from policyforge.algos.bc import DemoWindows
+    from policyforge.data.dataset import DatasetError, Demonstrations, DemoWriter
+
+    writer = DemoWriter(tmp_path / "demos", 25, 5, 3, task_name="arm-instructed", env_state_dim=4)
+    for episode in range(2):
+        frame = np.arange(6, dtype=float)[:, None] + 10 * episode  # each row says its frame
+        rest = (np.zeros((6, 3)), np.zeros(6), np.arange(6) == 5, np.zeros(6, bool))
+        writer.add_episode(np.repeat(frame, 5, 1), *rest, None, "lift the red cube", np.repeat(frame, 4, 1))
+    with pytest.raises(ValueError, match=r"env_states must be \[6, 4\].*got none"):
+        writer.add_episode(np.zeros((6, 5)), *rest)
+    windows = DemoWindows(Demonstrations(tmp_path / "demos"), "policy", 1, 4, [], privileged_key="critic")
+    obs, _ = windows.sample(64)
+    assert torch.equal(obs["critic"], obs["policy"][:, -1, :1].expand(-1, 4)), "the window's own frame's state"
+    plain = DemoWriter(tmp_path / "plain", 25, 5, 3, task_name="arm-instructed")
+    plain.add_episode(np.zeros((6, 5)), *rest, None, "lift the red cube")
+    with pytest.raises(DatasetError, match=r"no observation\.environment_state.*privileged_aux_weight=0"):
+        DemoWindows(Demonstrations(tmp_path / "plain"), "policy", 1, 4, [], privileged_key="critic")
+
+    config = VLAConfig(
+        **{"chunk": CHUNK, **TINY, "vision": VisionConfig(encoder="scratch", scratch_channels=8)},
+        privileged_aux_weight=1.0,
+    )
+    spec = EnvSpec({"policy": (5,), "critic": (4,), "image": IMAGE_SHAPE, "instruction": (INSTRUCTION_TOKENS,)}, 3)
+    policy = config.build(spec)
+    assert policy.bc_privileged_key == "critic"
+    batch = observations(policy, ["lift the red cube"] * 8)
+    actions = torch.zeros(8, CHUNK.horizon, 3)
+    torch.manual_seed(0)
+    flow_only = policy.flow_loss(policy.encode(batch), actions)
+    torch.manual_seed(0)
+    total = policy.bc_loss({**batch, "critic": torch.randn(8, 4)}, actions)
+    assert total > flow_only
+    total.backward()
+    assert policy.privileged_head[0].weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match=r"obs\.critic: .*privileged_aux_weight"):
+        policy.bc_loss(batch, actions)
+    without_critic = EnvSpec({k: v for k, v in spec.obs_shapes.items() if k != "critic"}, 3)
+    with pytest.raises(ConfigError, match="privileged_aux_weight"):
+        config.build(without_critic)
+    fine_tuned = VLAConfig(**{"chunk": CHUNK, **TINY, "vision": config.vision}).build(spec)
+    fine_tuned.load_pretrained(policy.state_dict())  # RL starts from BC's weights without BC's auxiliary head
+    assert torch.equal(fine_tuned.denoiser.action_out.weight, policy.denoiser.action_out.weight)
