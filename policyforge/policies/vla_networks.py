@@ -60,6 +60,21 @@ class Block(nn.Module):
         return h + self.mlp(self.norm2(h))
 
 
+def grid_embedding(rows: int, columns: int, width: int) -> torch.Tensor:
+    """Fixed 2-D sine-cosine embedding of each cell of a rows × columns grid, row-major [rows·columns, width]:
+    half the channels encode the row, half the column (MAE's ViT). A token knows its place in the image from the
+    first step, where a learnt embedding starts as noise."""
+    quarter = width // 4
+    frequencies = 1.0 / 100.0 ** (torch.arange(quarter) / max(quarter, 1))
+    row, column = torch.meshgrid(torch.arange(rows), torch.arange(columns), indexing="ij")
+    parts = []
+    for coordinate in (row, column):
+        angles = coordinate.flatten().float()[:, None] * frequencies
+        parts += [angles.sin(), angles.cos()]
+    embedding = torch.cat(parts, dim=1)
+    return nn.functional.pad(embedding, (0, width - embedding.shape[1]))
+
+
 def attention_bias(valid: torch.Tensor) -> torch.Tensor:
     """Additive mask [B, 1, 1, N] from validity [B, N] (bool or 0/1)."""
     return torch.where(valid > 0.5, 0.0, -math.inf)[:, None, None, :]
@@ -111,10 +126,13 @@ class VLABackbone(nn.Module):
         views, height, width_px = image_shape[0], image_shape[1], image_shape[2]
         self.normalizer = RunningNormalizer(state_dim, enabled=normalize_state)
         self.vision = vision
-        grid = math.ceil(height / stride) * math.ceil(width_px / stride)
+        rows, columns = math.ceil(height / stride), math.ceil(width_px / stride)
+        grid = rows * columns
         self.image_tokens = n_obs_steps * views * grid
         self.image_proj = nn.Linear(self.vision.out_channels, width)
         self.image_position = nn.Parameter(0.02 * torch.randn(self.image_tokens, width))
+        places = grid_embedding(rows, columns, width).repeat(n_obs_steps * views, 1)
+        self.register_buffer("image_place", places, persistent=False)
         self.film, self.film_out = None, None
         if language_film:
             self.film = nn.Linear(text_dim, 2 * width)  # zero at first: the modulation starts as the identity
@@ -149,7 +167,7 @@ class VLABackbone(nn.Module):
         if self.film is not None:
             image_tokens = self.film_tokens(image_tokens, text, text_mask)
         tokens = [
-            image_tokens + self.image_position + self.kind[0],
+            image_tokens + self.image_place + self.image_position + self.kind[0],
             self.text_proj(text) + self.kind[1],
             self.state_proj(self.normalizer(state).flatten(1))[:, None] + self.kind[2],
         ]

@@ -388,3 +388,17 @@ def test_the_privileged_auxiliary_loss_reads_the_datasets_environment_state(tmp_
     fine_tuned = VLAConfig(**{"chunk": CHUNK, **TINY, "vision": config.vision}).build(spec)
     fine_tuned.load_pretrained(policy.state_dict())  # RL starts from BC's weights without BC's auxiliary head
     assert torch.equal(fine_tuned.denoiser.action_out.weight, policy.denoiser.action_out.weight)
+
+
+def test_image_tokens_know_their_place_from_the_start():
+    from policyforge.policies.vla_networks import grid_embedding
+
+    places = grid_embedding(4, 4, 32)
+    assert places.shape == (16, 32)
+    distances = torch.cdist(places, places)
+    assert distances[0, 1] < distances[0, 3] and distances[0, 4] < distances[0, 12], "nearer cells embed nearer"
+    assert len({tuple(row.tolist()) for row in places}) == 16, "every cell its own"
+    policy = tiny_vla()
+    per_view = grid_embedding(2, 2, 32)  # 32 × 32 images, the scratch stem's stride 16
+    assert torch.equal(policy.encoder.image_place, per_view.repeat(2, 1)), "each view's grid, in token order"
+    assert "encoder.image_place" not in policy.state_dict(), "fixed, so not a weight a checkpoint must carry"
