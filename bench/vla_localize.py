@@ -19,9 +19,9 @@ import json
 import numpy as np
 import torch
 
-from policyforge.algos.bc import instruction_ids
+from policyforge.bench.vla_probe import Windows
 from policyforge.data.dataset import Demonstrations
-from policyforge.data.layout import ENV_STATE, STATE
+from policyforge.data.layout import ENV_STATE
 from policyforge.policies.base import IMAGE_FEATURES_KEY, EnvSpec
 from policyforge.policies.chunked import ChunkConfig
 from policyforge.policies.vla import VisionConfig, VLAConfig
@@ -43,14 +43,11 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     demos = Demonstrations(args.dataset)
-    episodes = list(range(args.train + args.test))
-    bounds = demos.episode_bounds[episodes]
-    starts = np.concatenate([[0], np.cumsum(bounds[:, 1] - bounds[:, 0])[:-1]])
-    cameras = ["task", "wrist"]
-    images = torch.as_tensor(np.stack([demos.images(c, episodes) for c in cameras], 1))
-    states = torch.as_tensor(demos.column(STATE, episodes), dtype=torch.float32)
-    target = torch.as_tensor(demos.column(ENV_STATE, episodes), dtype=torch.float32)[:, NAMED_CUBE]
-    ids = instruction_ids(demos)[torch.as_tensor(np.concatenate([np.arange(a, b) for a, b in bounds]))]
+    windows = Windows(demos, ["task", "wrist"], list(range(args.train + args.test)), horizon=1)
+    starts, states, images, ids = windows.starts, windows.states, windows.images, windows.ids
+    if windows.env_states is None:
+        raise SystemExit(f"{args.dataset} has no {ENV_STATE}: record it with this version's `policyforge collect`")
+    target = windows.env_states[:, NAMED_CUBE]
     config = VLAConfig(chunk=ChunkConfig(n_obs_steps=1, horizon=8, act_steps=4))
     config.vision = VisionConfig(efficientnet_stages=args.stages)
     spec = EnvSpec({"policy": (states.shape[1],), "image": tuple(images.shape[1:]), "instruction": (ids.shape[1],)}, 5)
