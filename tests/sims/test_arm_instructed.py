@@ -2,6 +2,7 @@
 instruction text reported per env (and renewed on auto-reset), success tests that a still arm never passes, a
 policy observation without the instruction, and options refused by name."""
 
+import mujoco
 import numpy as np
 import pytest
 import torch
@@ -133,3 +134,18 @@ def test_tasks_without_language_report_no_instructions():
 def test_bad_options_are_refused_by_name(options, path):
     with pytest.raises(ConfigError, match=path):
         make_task("arm-instructed", options)
+
+
+def test_the_task_camera_looks_at_the_grid():
+    """The compiled camera (not only its spec) points from TASK_CAMERA's position at its target: the scene's XML
+    orients cameras by xyaxes, which MjSpec prefers over a quaternion set later."""
+    from policyforge.sims.tasks.arm_instructed import TASK_CAMERA
+
+    model = make_task("arm-instructed").model
+    camera = model.camera("task")
+    position, target = (np.array(point) for point in TASK_CAMERA)
+    np.testing.assert_allclose(model.cam_pos[camera.id], position)
+    rotation = np.zeros(9)
+    mujoco.mju_quat2Mat(rotation, model.cam_quat[camera.id])
+    looks_along = -rotation.reshape(3, 3)[:, 2]  # a camera looks along its −z
+    np.testing.assert_allclose(looks_along, (target - position) / np.linalg.norm(target - position), atol=1e-6)

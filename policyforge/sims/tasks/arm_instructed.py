@@ -54,8 +54,9 @@ ON_TABLE = 0.01
 CUBE_RGBA = ((0.85, 0.15, 0.15, 1), (0.15, 0.7, 0.2, 1), (0.15, 0.3, 0.9, 1))
 PAD_RGBA = ((0.95, 0.85, 0.1, 1), (0.55, 0.2, 0.75, 1), (0.97, 0.97, 0.97, 1))
 ZONE_RGBA = (0.12, 0.12, 0.12, 1)
-TASK_CAMERA = ((1.1, -0.44, 0.7), (0.56, 0.0, 0.0))
-"""Position of the `task` camera and the point it looks at, m: it frames the grid, the pads and all three zones."""
+TASK_CAMERA = ((0.88, 0.0, 0.5), (0.5, 0.0, 0.0))
+"""Position of the `task` camera and the point it looks at, m: it faces the robot over the far zone and frames the
+grid of cubes and pads (cubes ~6 px wide at 64 × 64), the inner edges of the side zones and the gripper's home."""
 
 
 @dataclasses.dataclass
@@ -133,7 +134,7 @@ class ArmInstructed(ArmTask):
             )
             pad_pos += [x, y, PAD_Z]
         camera = spec.camera("task")
-        camera.pos, camera.quat = _look_at(*TASK_CAMERA)
+        camera.pos, camera.alt.xyaxes = _look_at(*TASK_CAMERA)  # the XML orients it by xyaxes, which wins over quat
         key = spec.key("home")
         key.qpos, key.mpos, key.mquat = list(key.qpos)[:9] + cube_qpos, pad_pos, [1.0, 0.0, 0.0, 0.0] * 3
         return spec.compile()
@@ -319,11 +320,10 @@ def _select_shared(one_hot: Array, table: Array) -> Array:
 
 
 def _look_at(position: tuple[float, ...], target: tuple[float, ...]) -> tuple[list[float], list[float]]:
-    """A camera's position and quaternion looking from `position` at `target`, its image's up towards +z."""
+    """A camera's position and its xyaxes (image right and up, world frame) looking from `position` at `target`,
+    its image's up towards +z."""
     forward = np.subtract(target, position) / np.linalg.norm(np.subtract(target, position))
     right = np.cross(forward, [0.0, 0.0, 1.0])
     right /= np.linalg.norm(right)
     up = np.cross(right, forward)
-    quat = np.zeros(4)
-    mujoco.mju_mat2Quat(quat, np.stack([right, up, -forward], axis=1).ravel())  # camera looks along its −z
-    return list(position), list(quat)
+    return list(position), [*right, *up]
