@@ -20,6 +20,7 @@ from diffusers.optimization import get_cosine_schedule_with_warmup
 
 from policyforge.algos.base import Algorithm, StepCallback
 from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algorithm
+from policyforge.algos.scenes import SceneFrames
 from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.data.layout import ACTION, ENV_STATE, STATE
@@ -58,8 +59,14 @@ class BCConfig(AlgoConfig):
     """Decay of the exponential moving average of the weights that is evaluated, checkpointed and exported."""
     grad_clip: float = 1.0
     """Clip the gradient norm to this (0: off)."""
+    scene_frames: int = 0
+    """Fresh simulated scenes (the first frames of this many new episodes of sim.task, rendered once at the start)
+    whose privileged state the policy's auxiliary loss also regresses, a batch of them beside every batch of
+    windows: layouts by the thousand where the dataset has one per demonstration (`algos/scenes.py`). Needs a
+    policy with that loss (a VLA's policy.privileged_aux_weight > 0); 0: off."""
 
     def __post_init__(self) -> None:
+        check_in(self.scene_frames, "scene_frames", "[0, 1_000_000]", "0: off")
         check_in(self.max_episodes, "max_episodes", "[0, inf)", "0: all")
         check_in(self.gradient_steps, "gradient_steps", "[1, inf)")
         check_in(
@@ -175,13 +182,17 @@ class BC(Algorithm):
 
     step_unit = "gradient_steps"
 
-    def __init__(self, policy: Policy, windows: DemoWindows, config: BCConfig):
-        self.config, self.windows = config, windows
+    def __init__(self, policy: Policy, windows: DemoWindows, config: BCConfig, scenes: SceneFrames | None = None):
+        """`scenes`: simulated scenes whose privileged state `policy.privileged_loss` learns beside the windows."""
+        self.config, self.windows, self.scenes = config, windows, scenes
         self.model = policy
         """The weights being trained."""
         fitted = {policy.obs_key: windows.states}
         if windows.env_states is not None:
             fitted[windows.privileged_key] = windows.env_states
+        if scenes is not None:
+            scene_states = scenes.obs[scenes.privileged_key]
+            fitted[scenes.privileged_key] = torch.cat([fitted.get(scenes.privileged_key, scene_states), scene_states])
         policy.update_normalizer(fitted)
         self.policy = copy.deepcopy(policy).requires_grad_(False).eval()
         """The EMA of `model`: what is evaluated, checkpointed as the policy, and exported."""
@@ -198,10 +209,14 @@ class BC(Algorithm):
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
         cfg = self.config
         self.model.train()
-        losses, norms = [], []
+        losses, norms, scene_losses = [], [], []
         for _ in range(cfg.steps_per_iteration):
             batch_obs, actions = self.windows.sample(cfg.batch_size)
             loss = self.model.bc_loss(batch_obs, actions)
+            if self.scenes is not None:
+                scene_loss = self.model.privileged_loss(self.scenes.sample(cfg.batch_size))
+                scene_losses.append(float(scene_loss.detach()))
+                loss = loss + scene_loss
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:
@@ -213,6 +228,8 @@ class BC(Algorithm):
         metrics = {"loss/bc": float(np.mean(losses)), "loss/lr": self.schedule.get_last_lr()[0]}
         if norms:
             metrics["loss/grad_norm"] = float(np.mean(norms))
+        if scene_losses:
+            metrics["loss/scene_aux"] = float(np.mean(scene_losses))
         return obs, metrics
 
     @torch.no_grad()
@@ -306,9 +323,19 @@ def demo_windows(policy: Policy, demos: Demonstrations, config: BCConfig, camera
 
 def construct_bc(config: RunConfig, env: VecEnv, policy: Policy) -> BC:
     """Behaviour cloning of the run's dataset (checked against the env it is evaluated in)."""
+    check(
+        not config.algo.scene_frames or policy.bc_privileged_key is not None,
+        "algo.scene_frames",
+        f"scenes feed the policy's privileged auxiliary loss and {type(policy).__name__} has none: set "
+        "policy.privileged_aux_weight (class vla) or algo.scene_frames=0",
+    )
     cameras = config.sim.image.cameras
     demos = load_demonstrations(config.algo, config.sim.task, env, cameras)
-    return BC(policy, demo_windows(policy, demos, config.algo, cameras), config.algo)
+    windows = demo_windows(policy, demos, config.algo, cameras)
+    scenes = None
+    if config.algo.scene_frames:
+        scenes = SceneFrames(config.sim, config.algo.scene_frames, policy, config.seed)
+    return BC(policy, windows, config.algo, scenes)
 
 
 register_algorithm("bc", BCConfig, AlgorithmEntry(construct_bc))

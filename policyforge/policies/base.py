@@ -103,6 +103,11 @@ class Policy(nn.Module, abc.ABC):
     """The obs key of privileged state `bc_loss` also learns from (BC then gives each window the dataset's
     `observation.environment_state` under it); None: none."""
 
+    def privileged_loss(self, obs: Obs) -> torch.Tensor:
+        """The auxiliary loss (scalar) of `bc_loss` alone, on observations without actions (BC's simulated scenes,
+        `algo.scene_frames`): the privileged state obs[bc_privileged_key] regressed from the rest."""
+        raise NotImplementedError(f"{type(self).__name__} learns from no privileged state (bc_privileged_key is None)")
+
     def update_normalizer(self, obs: Obs) -> None:
         """Fold a batch of observations into the policy's observation normaliser (if it has one)."""
 

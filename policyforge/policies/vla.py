@@ -266,6 +266,17 @@ class VLAPolicy(FlowPolicy):
         loss = self.flow_loss(prefix, actions)
         if self.privileged_head is None:
             return loss
+        return loss + self._privileged_error(prefix, obs)
+
+    def privileged_loss(self, obs: Obs) -> torch.Tensor:
+        if self.privileged_head is None:
+            return super().privileged_loss(obs)
+        return self._privileged_error(self.encode(obs), obs)
+
+    def _privileged_error(self, prefix: torch.Tensor, obs: Obs) -> torch.Tensor:
+        """privileged_aux_weight × the squared error of obs["critic"] [B, D_c], normalised, regressed from the
+        pooled prefix [B, P, W + 1]."""
+        assert self.privileged_head is not None
         if PRIVILEGED_KEY not in obs:
             raise ValueError(
                 f"obs.{PRIVILEGED_KEY}: policy.privileged_aux_weight regresses the privileged state and the batch has "
@@ -273,7 +284,7 @@ class VLAPolicy(FlowPolicy):
             )
         target = self.privileged_normalizer(obs[PRIVILEGED_KEY])
         error = (self.privileged_head(pooled(prefix)) - target).pow(2).mean()
-        return loss + self.config.privileged_aux_weight * error
+        return self.config.privileged_aux_weight * error
 
     def _vision_frozen(self) -> bool:
         return not any(p.requires_grad for p in self.encoder.vision.parameters())

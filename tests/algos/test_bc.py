@@ -101,6 +101,8 @@ def test_bc_refuses_a_dataset_of_another_task(tmp_path, reach_demos):
         Runner.start(bc_config(tmp_path, tmp_path / "missing"))
     with pytest.raises(ConfigError, match=r"^policy.class: SAC trains Gaussian policies"):
         bc_config(tmp_path, reach_demos, algo="sac")
+    with pytest.raises(ConfigError, match=r"algo.scene_frames: .*FlowPolicy has none.*privileged_aux_weight"):
+        Runner.start(bc_config(tmp_path, reach_demos, **{"algo.scene_frames": 100}))
 
 
 def test_bc_policy_exports_with_its_sampler(tmp_path, reach_demos):
