@@ -42,5 +42,8 @@ def test_the_flow_twin_differs_from_the_vla_recipe_only_in_the_policy_class():
 def test_the_ppo_recipe_builds_the_architecture_the_bc_recipe_trains():
     """init_policy loads the BC run's weights: every field that shapes a weight must agree."""
     bc, ppo = to_dict(_recipe("vla-bc"))["policy"], to_dict(_recipe("vla-ppo"))["policy"]
-    shaping = ("vision", "width", "heads", "prefix_layers", "expert_layers", "time_dim", "chunk", "language_film")
+    shaping = (
+        "vision", "width", "heads", "prefix_layers", "expert_layers", "time_dim", "chunk", "language_film",
+        "estimate_token",
+    )  # fmt: skip
     assert {key: bc[key] for key in shaping} == {key: ppo[key] for key in shaping}

@@ -49,7 +49,7 @@ def vla(frozen_steps: int = 0, **overrides) -> VLAPolicy:
     image encoder is checked in test_vla.py (here a scratch CNN: 300 BC steps through EfficientNet take minutes)."""
     tiny = {"width": 32, "heads": 2, "prefix_layers": 1, "expert_layers": 1, "time_dim": 16}
     config = VLAConfig(**{"chunk": CHUNK, "steps": STEPS, **tiny, **overrides})
-    policy = VLAPolicy(OBS_DIM, ACTION_DIM, config, IMAGE_SHAPE)
+    policy = VLAPolicy(OBS_DIM, ACTION_DIM, config, IMAGE_SHAPE, privileged_dim=6 if config.estimate_token else 0)
     policy.freeze_early_steps(frozen_steps)
     return policy
 
@@ -82,6 +82,7 @@ POLICIES = {
     "vla_frozen_backbone_sde": lambda: vla(
         vision=VisionConfig(encoder="scratch", scratch_channels=8), chain_noise="sde", freeze_backbone=True
     ),
+    "vla_estimate_token": lambda: vla(vision=VisionConfig(encoder="scratch", scratch_channels=8), estimate_token=True),
 }
 FROZEN_STEPS = ("diffusion_dppo", "flow_reinflow_frozen")
 """The variants whose first sampling steps run on the frozen copy (`algo.trainable_steps`)."""
@@ -230,7 +231,12 @@ def test_bc_loss_fits_demonstrations(policy, request):
     assert (policy.act(obs) - target).abs().mean() < tolerance
 
 
-EXPORT_TOLERANCE = {"diffusion_unet": 1e-3, "vla_scratch_reinflow": 1e-4, "vla_frozen_backbone_sde": 1e-4}
+EXPORT_TOLERANCE = {
+    "diffusion_unet": 1e-3,
+    "vla_scratch_reinflow": 1e-4,
+    "vla_frozen_backbone_sde": 1e-4,
+    "vla_estimate_token": 1e-4,
+}
 """onnxruntime's convolutions round differently; 10 DDIM steps amplify it (x0 = (x − √(1−ᾱ)ε)/√ᾱ). The VLA's graph
 holds MiniLM and attention layers (long float sums)."""
 EXPORT_SKIP = {"vla_frozen_backbone_sde": "the same graph as vla_scratch_reinflow's (a VLA export takes ~10 s)"}

@@ -402,3 +402,29 @@ def test_image_tokens_know_their_place_from_the_start():
     per_view = grid_embedding(2, 2, 32)  # 32 × 32 images, the scratch stem's stride 16
     assert torch.equal(policy.encoder.image_place, per_view.repeat(2, 1)), "each view's grid, in token order"
     assert "encoder.image_place" not in policy.state_dict(), "fixed, so not a weight a checkpoint must carry"
+
+
+def test_the_estimate_token_gives_the_expert_the_heads_estimate_of_the_scene():
+    from policyforge.policies.vla_networks import pooled
+
+    spec = EnvSpec({"policy": (5,), "critic": (4,), "image": IMAGE_SHAPE, "instruction": (INSTRUCTION_TOKENS,)}, 3)
+    vision = VisionConfig(encoder="scratch", scratch_channels=8)
+    plain = VLAConfig(**{"chunk": CHUNK, **TINY, "vision": vision}).build(spec).eval()
+    policy = VLAConfig(**{"chunk": CHUNK, **TINY, "vision": vision}, estimate_token=True).build(spec).eval()
+    obs = observations(policy, ["lift the red cube", "touch the blue cube"])
+    with torch.no_grad():
+        prefix = policy.encode(obs)
+        assert prefix.shape[1] == plain.encode(obs).shape[1] + 1
+        estimate = policy.privileged_head(pooled(prefix[:, :-1]))
+        assert torch.allclose(prefix[:, -1, :-1], policy.estimate_proj(estimate)) and (prefix[:, -1, -1] == 1).all()
+    assert policy.bc_privileged_key is None, "without privileged_aux_weight BC asks the dataset for no state"
+    with pytest.raises(ConfigError, match=r"policy.estimate_token: .*obs\['critic'\]"):
+        VLAConfig(**{"chunk": CHUNK, **TINY, "vision": vision}, estimate_token=True).build(
+            EnvSpec({k: v for k, v in spec.obs_shapes.items() if k != "critic"}, 3)
+        )
+    frozen = VLAConfig(**{"chunk": CHUNK, **TINY, "vision": vision}, estimate_token=True, freeze_backbone=True)
+    frozen_policy = frozen.build(spec).eval()
+    assert not any(p.requires_grad for p in frozen_policy.privileged_head.parameters())
+    assert not any(p.requires_grad for p in frozen_policy.estimate_proj.parameters())
+    cached = frozen_policy.precompute_frozen(obs)
+    assert torch.equal(cached["prefix"], frozen_policy.encode(obs)), "the frozen prefix, its estimate token too"
