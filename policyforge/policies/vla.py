@@ -165,7 +165,10 @@ class VLAConfig(FlowChainConfig):
                 )
         estimated = self.privileged_aux_weight or self.estimate_token
         privileged = env.obs_shapes.get(PRIVILEGED_KEY, (0,))[0] if estimated else 0
-        for field, on in (("privileged_aux_weight", self.privileged_aux_weight), ("estimate_token", self.estimate_token)):
+        for field, on in (
+            ("privileged_aux_weight", self.privileged_aux_weight),
+            ("estimate_token", self.estimate_token),
+        ):
             if on and not privileged:
                 raise ConfigError(
                     f"policy.{field}",
