@@ -191,8 +191,8 @@ class BC(Algorithm):
         if windows.env_states is not None:
             fitted[windows.privileged_key] = windows.env_states
         if scenes is not None:
-            scene_states = scenes.obs[scenes.privileged_key]
-            fitted[scenes.privileged_key] = torch.cat([fitted.get(scenes.privileged_key, scene_states), scene_states])
+            key, scene_states = scenes.privileged_key, scenes.obs[scenes.privileged_key]
+            fitted[key] = torch.cat([fitted[key], scene_states]) if key in fitted else scene_states
         policy.update_normalizer(fitted)
         self.policy = copy.deepcopy(policy).requires_grad_(False).eval()
         """The EMA of `model`: what is evaluated, checkpointed as the policy, and exported."""

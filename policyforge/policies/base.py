@@ -106,7 +106,10 @@ class Policy(nn.Module, abc.ABC):
     def privileged_loss(self, obs: Obs) -> torch.Tensor:
         """The auxiliary loss (scalar) of `bc_loss` alone, on observations without actions (BC's simulated scenes,
         `algo.scene_frames`): the privileged state obs[bc_privileged_key] regressed from the rest."""
-        raise NotImplementedError(f"{type(self).__name__} learns from no privileged state (bc_privileged_key is None)")
+        raise ValueError(
+            f"{type(self).__name__} learns from no privileged state (bc_privileged_key is None): give a VLA "
+            "policy.privileged_aux_weight > 0, or set algo.scene_frames=0"
+        )
 
     def update_normalizer(self, obs: Obs) -> None:
         """Fold a batch of observations into the policy's observation normaliser (if it has one)."""
