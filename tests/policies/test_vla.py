@@ -428,3 +428,53 @@ def test_the_estimate_token_gives_the_expert_the_heads_estimate_of_the_scene():
     assert not any(p.requires_grad for p in frozen_policy.estimate_proj.parameters())
     cached = frozen_policy.precompute_frozen(obs)
     assert torch.equal(cached["prefix"], frozen_policy.encode(obs)), "the frozen prefix, its estimate token too"
+
+
+def test_the_mlp_expert_reads_the_state_through_a_linear_readout_and_the_scene_as_the_estimate():
+    from policyforge.policies.vla_networks import pooled
+
+    spec = EnvSpec({"policy": (5,), "critic": (4,), "image": IMAGE_SHAPE, "instruction": (INSTRUCTION_TOKENS,)}, 3)
+    vision = VisionConfig(encoder="scratch", scratch_channels=8)
+    base = {"chunk": CHUNK, **TINY, "vision": vision, "expert": "mlp", "expert_hidden": [32, 32]}
+    plain = VLAConfig(**{**base, "expert": "attention"}).build(spec).eval()
+    policy = VLAConfig(**base).build(spec).eval()
+    obs = observations(policy, ["lift the red cube", "touch the blue cube"])
+    with torch.no_grad():
+        prefix = policy.encode(obs)
+        assert prefix.shape[1] == plain.encode(obs).shape[1] + 1 and (prefix[:, -1, -1] == 0).all()
+        state = policy.encoder.normalizer(obs["policy"][:, None]).flatten(1)
+        assert torch.allclose(prefix[:, -1, :-1], policy.readout_proj(state))
+        assert torch.allclose(pooled(prefix), pooled(prefix[:, :-1])), "no pooling reads the readout"
+    assert policy.denoiser.read_pooled, "without the estimate the scene reaches the MLP as the pooled prefix"
+
+    estimating = VLAConfig(**base, estimate_token=True, freeze_backbone=True).build(spec).eval()
+    assert not estimating.denoiser.read_pooled and estimating.estimate_proj is None
+    assert estimating.readout_proj.in_features == 5 + 4, "the state and the head's estimate of the critic state"
+    assert not any(p.requires_grad for p in estimating.readout_proj.parameters()), "frozen with the backbone"
+    with torch.no_grad():
+        prefix = estimating.encode(obs)
+        estimate = estimating.privileged_head(pooled(prefix[:, :-1]))
+        state = estimating.encoder.normalizer(obs["policy"][:, None]).flatten(1)
+        assert torch.allclose(prefix[:, -1, :-1], estimating.readout_proj(torch.cat([state, estimate], dim=1)))
+        assert torch.equal(estimating.precompute_frozen(obs)["prefix"], prefix), "the cached prefix is exact"
+
+
+def test_the_mlp_expert_learns_a_feedback_law_on_fine_state_differences():
+    """Action = 8 × (s0 − s1), clipped, on states a few hundredths apart: what closed-loop control needs."""
+    torch.manual_seed(0)
+    policy = tiny_vla(expert="mlp", expert_hidden=[64, 64], normalize_state=False)
+    obs = observations(policy, ["lift the red cube"] * 256)
+    states = 0.05 * torch.randn(256, 1, 5)
+    target = (8 * (states[:, 0, 0] - states[:, 0, 1])).clamp(-1, 1)[:, None, None].expand(-1, 4, 3)
+    obs = {**obs, "policy": states, "image": obs["image"][:1].expand_as(obs["image"])}
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    policy.train()
+    for _ in range(300):
+        loss = policy.bc_loss(obs, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    policy.eval()
+    with torch.no_grad():
+        error = (policy.act(obs) - target).abs().mean()
+    assert error < 0.1 * target.abs().mean(), f"act error {error:.3f} of mean |action| {target.abs().mean():.3f}"
