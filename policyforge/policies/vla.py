@@ -50,13 +50,7 @@ from policyforge.policies.history import InputState, ObservationHistory
 from policyforge.policies.language import InstructionEncoder
 from policyforge.policies.networks import MAX_WIDTH
 from policyforge.policies.normalizer import RunningNormalizer
-from policyforge.policies.vla_networks import (
-    ActionExpert,
-    MLPExpert,
-    VisionConfig,
-    VLABackbone,
-    pooled,
-)
+from policyforge.policies.vla_networks import ActionExpert, MLPExpert, VisionConfig, VLABackbone, pooled
 from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTION_TOKENS, SEP_ID
 
 MAX_LAYERS = 24

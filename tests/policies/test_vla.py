@@ -26,6 +26,18 @@ def tiny_vla(**overrides) -> VLAPolicy:
     return VLAPolicy(5, 3, config, IMAGE_SHAPE).eval()
 
 
+def clone(policy: VLAPolicy, obs: dict[str, torch.Tensor], target: torch.Tensor, steps: int) -> None:
+    """`steps` Adam steps (lr 3e-3) of `bc_loss` on one fixed batch of chunks `target` [B, H, A]; leaves it in eval."""
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    policy.train()
+    for _ in range(steps):
+        loss = policy.bc_loss(obs, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    policy.eval()
+
+
 def observations(policy: VLAPolicy, texts: list[str]) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     obs = policy.example_obs(len(texts))
@@ -249,14 +261,7 @@ def test_bc_learns_actions_that_only_the_instruction_tells_apart():
         "image": obs["image"][:1].expand_as(obs["image"]),
     }
     target = torch.tensor([0.6, -0.6]).repeat(16)[:, None, None].expand(-1, 4, 3)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    policy.train()
-    for _ in range(150):
-        loss = policy.bc_loss(obs, target)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    policy.eval()
+    clone(policy, obs, target, steps=150)
     assert (policy.act(obs) - target).abs().mean() < 0.15
 
 
@@ -467,14 +472,7 @@ def test_the_mlp_expert_learns_a_feedback_law_on_fine_state_differences():
     states = 0.05 * torch.randn(256, 1, 5)
     target = (8 * (states[:, 0, 0] - states[:, 0, 1])).clamp(-1, 1)[:, None, None].expand(-1, 4, 3)
     obs = {**obs, "policy": states, "image": obs["image"][:1].expand_as(obs["image"])}
-    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    policy.train()
-    for _ in range(300):
-        loss = policy.bc_loss(obs, target)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    policy.eval()
+    clone(policy, obs, target, steps=300)
     with torch.no_grad():
         error = (policy.act(obs) - target).abs().mean()
     assert error < 0.1 * target.abs().mean(), f"act error {error:.3f} of mean |action| {target.abs().mean():.3f}"
