@@ -34,7 +34,6 @@ from policyforge.algos.runner import load_run
 from policyforge.data.dataset import Demonstrations
 from policyforge.data.layout import ACTION, ENV_STATE, STATE
 from policyforge.policies.vla import VLAPolicy
-from policyforge.policies.vla_networks import pooled
 from policyforge.sims.instruction_obs import INSTRUCTION_KEY, tokenizer
 from policyforge.sims.tasks.instructions import CUBE_COLOURS
 
@@ -110,7 +109,7 @@ def privileged_at_start(policy: VLAPolicy, windows: Windows) -> dict[str, float]
     pick = torch.as_tensor(np.concatenate([windows.starts + k for k in range(START_FRAMES)]))
     obs, _ = windows.batch(pick)
     target = policy.privileged_normalizer(windows.env_states[pick])
-    predicted = policy.privileged_head(pooled(policy.encode(obs)))
+    predicted = policy._estimate(policy.encode(obs))
     return {
         "mse": float((predicted - target).pow(2).mean()),
         "mean_guess_mse": float((target - target.mean(0)).pow(2).mean()),

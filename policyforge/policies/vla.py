@@ -36,122 +36,34 @@ in every decision: onnxruntime runs a whole decision (MiniLM, prefix, 10 expert 
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
-from policyforge.config import ConfigError, check, check_in, check_sizes
-from policyforge.policies.base import IMAGE_FEATURES_KEY, EnvSpec, Obs, register_policy
+from policyforge.config import check
+from policyforge.policies.base import IMAGE_FEATURES_KEY, Obs
 from policyforge.policies.chunked import IMAGE_KEY
-from policyforge.policies.flow import FlowChainConfig, FlowPolicy
+from policyforge.policies.flow import FlowPolicy
 from policyforge.policies.history import InputState, ObservationHistory
 from policyforge.policies.language import InstructionEncoder
-from policyforge.policies.networks import MAX_WIDTH
 from policyforge.policies.normalizer import RunningNormalizer
-from policyforge.policies.vla_networks import ActionExpert, MLPExpert, VisionConfig, VLABackbone, pooled
+from policyforge.policies.vla_config import PRIVILEGED_KEY, VLAConfig
+from policyforge.policies.vla_networks import ActionExpert, AttentionPool, MLPExpert, VisionConfig, VLABackbone, pooled
 from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTION_TOKENS, SEP_ID
 
-MAX_LAYERS = 24
-"""Most transformer layers of the prefix or the expert (π0's expert has 18)."""
-PRIVILEGED_KEY = "critic"
-"""The privileged state the auxiliary loss regresses (the task's critic observation)."""
+__all__ = ["PRIVILEGED_KEY", "VLAConfig", "VLAPolicy", "VisionConfig"]  # the configs re-exported
+
 PREFIX_KEY, FROZEN_PREFIX_KEY = "prefix", "frozen_prefix"
 """Keys of `precompute_frozen`'s prefixes [B, P, W + 1] (the policy's, and its frozen steps' copy's)."""
 IMAGE_BATCH = 256
 """Frames per pass when features or prefixes are precomputed (bounds the activations' memory)."""
 
 
-@register_policy("vla")
-@dataclasses.dataclass
-class VLAConfig(FlowChainConfig):
-    """A vision-language-action policy: transformer prefix + flow-matching action expert."""
-
-    vision: VisionConfig = dataclasses.field(default_factory=VisionConfig)
-    """Image tokens."""
-    width: int = 128
-    """W, the width of every prefix and expert token."""
-    heads: int = 4
-    """Attention heads (divides width)."""
-    prefix_layers: int = 2
-    """Transformer layers over [image tokens, language tokens, proprio token]."""
-    expert: Literal["attention", "mlp"] = "attention"
-    """The action expert: `attention` (π0's: action tokens attending to the prefix tokens) or `mlp` (the flow
-    policy's MLP over the chunk, reading a linear readout of the normalised state and, with `estimate_token`, of the
-    privileged head's estimate of the scene, else also the pooled prefix; `vla_networks.MLPExpert` says why)."""
-    expert_layers: int = 2
-    """Layers of the attention expert (each attends to the prefix and to the action tokens)."""
-    expert_hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256, 256])
-    """Hidden sizes of the MLP expert (expert: mlp)."""
-    time_dim: int = 32
-    """Size of the sinusoidal embeddings of t and delta."""
-    normalize_state: bool = True
-    """Normalise the proprioception with running statistics (fitted on the demonstrations for BC)."""
-    language_film: bool = True
-    """Modulate the image tokens by the instruction (FiLM, as RT-1 and BC-Z condition their image encoders) before
-    the prefix transformer, so the named object stands out in the tokens themselves. Without it the prefix has to
-    bind a colour word to a place by attention alone, which BC did not find: on two coloured squares whose named
-    one's place is the action, the error stayed at the midpoint guess's (0.26) for 1,500 steps, and fell to 0.05
-    with FiLM (tests/policies/test_vla.py::test_the_vla_grounds_the_named_object); on arm-instructed BC without
-    FiLM reached 0% at 3,000 steps and shuffling the images between samples left its loss unchanged."""
-    privileged_aux_weight: float = 0.0
-    """BC only: weight of an auxiliary loss, the privileged simulator state (the dataset's
-    `observation.environment_state`, the task's critic observation: object poses, the named cube's place) regressed
-    from the pooled prefix, so what the images show of the named object is learnt from every frame rather than
-    only from the frames whose action reveals it (0: off; the policy never reads that state when acting)."""
-    estimate_token: bool = False
-    """The action expert also reads the privileged head's estimate of the privileged state (object poses, the named
-    cube's place: obs["critic"] as the auxiliary loss teaches it), a summary of the scene in the terms a
-    state-based policy learns the task from: the attention expert as one more prefix token, the MLP expert in its
-    readout (in place of the pooled prefix). Why: on arm-instructed, flow BC from that state reached
-    50% in 3,000 steps of 64 while the VLA, whose auxiliary loss learnt the state from its images, stayed at 0%
-    (BENCHMARKS.md, "VLA behaviour cloning"). BC trains the estimate with privileged_aux_weight > 0; RL keeps it
-    as BC left it when the backbone is frozen."""
-    freeze_backbone: bool = False
-    """Freeze vision, language projection and prefix transformer (and the state estimate: `estimate_token`, and the
-    MLP expert's readout; RL then trains the expert and noise network)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_in(self.width, "width", f"[8, {MAX_WIDTH}]")
-        check_in(self.heads, "heads", f"[1, width={self.width}]")
-        check(self.width % self.heads == 0, "heads", f"must divide width={self.width}, got {self.heads}")
-        check_in(self.prefix_layers, "prefix_layers", f"[1, {MAX_LAYERS}]")
-        check_in(self.expert_layers, "expert_layers", f"[1, {MAX_LAYERS}]")
-        check_in(self.time_dim, "time_dim", f"[2, {MAX_WIDTH}]")
-        check_in(self.privileged_aux_weight, "privileged_aux_weight", "[0, 100]", "0: off")
-        check_sizes(self.expert_hidden, "expert_hidden", MAX_WIDTH)
-        check(bool(self.expert_hidden), "expert_hidden", "the MLP expert needs at least one hidden layer")
-        check(self.time_dim % 2 == 0, "time_dim", f"must be even, got {self.time_dim}")
-
-    def build(self, env: EnvSpec) -> VLAPolicy:
-        for key, what in ((IMAGE_KEY, "camera images: set sim.image.cameras"), (INSTRUCTION_KEY, "instructions")):
-            if key not in env.obs_shapes:
-                raise ConfigError(
-                    "policy.class",
-                    f"a vla policy reads obs[{key!r}] ({what}); this env has {sorted(env.obs_shapes)} "
-                    "(instructions come from tasks that draw them, e.g. arm-instructed, as token ids when the "
-                    "`vla` extra is installed: scripts/setup.sh)",
-                )
-        estimated = self.privileged_aux_weight or self.estimate_token
-        privileged = env.obs_shapes.get(PRIVILEGED_KEY, (0,))[0] if estimated else 0
-        for field, on in (
-            ("privileged_aux_weight", self.privileged_aux_weight),
-            ("estimate_token", self.estimate_token),
-        ):
-            if on and not privileged:
-                raise ConfigError(
-                    f"policy.{field}",
-                    f"it estimates the privileged state obs[{PRIVILEGED_KEY!r}] and this env has none; turn it off",
-                )
-        return VLAPolicy(env.state_dim, env.action_dim, self, tuple(env.obs_shapes[IMAGE_KEY]), privileged)
-
-
 class VLAPolicy(FlowPolicy):
     """π0-style VLA under the flow policy's chain machinery (module docstring)."""
 
-    rl_only_modules = (*FlowPolicy.rl_only_modules, "privileged_head.", "privileged_normalizer.")  # BC's, not RL's
+    rl_only_modules = (*FlowPolicy.rl_only_modules, "privileged_head.", "privileged_normalizer.", "estimate_pool.")
 
     def __init__(
         self,
@@ -177,6 +89,7 @@ class VLAPolicy(FlowPolicy):
             stride,
             config.normalize_state,
             config.language_film,
+            config.prefix_state,
         )
         horizon, width = config.chunk.horizon, config.width
         expert: nn.Module = (
@@ -187,6 +100,9 @@ class VLAPolicy(FlowPolicy):
         super().__init__(state_dim, action_dim, config, image_shape=image_shape, networks=(backbone, expert))
         self.text = text
         self.privileged_head: nn.Module | None = None
+        self.estimate_pool: nn.Module | None = None
+        """The privileged head's read of the prefix [B, P, W + 1] → [B, W] (`estimate_pool: attention`; else the
+        mean of the valid tokens)."""
         self.estimate_proj: nn.Module | None = None
         """Privileged estimate [B, D_c] → the prefix's estimate token [B, W] (`estimate_token`, attention expert)."""
         self.readout_proj: nn.Module | None = None
@@ -196,13 +112,21 @@ class VLAPolicy(FlowPolicy):
             self.privileged_head = nn.Sequential(
                 nn.Linear(config.width, config.width), nn.GELU(), nn.Linear(config.width, privileged_dim)
             )
+            if config.estimate_pool == "attention":
+                self.estimate_pool = AttentionPool(config.width, config.heads)
         if config.expert == "mlp":
             read = config.chunk.n_obs_steps * state_dim + (privileged_dim if config.estimate_token else 0)
             self.readout_proj = nn.Linear(read, config.width)
         elif config.estimate_token:
             self.estimate_proj = nn.Linear(privileged_dim, config.width)
         if config.freeze_backbone:
-            for module in (self.encoder, self.privileged_head, self.estimate_proj, self.readout_proj):
+            for module in (
+                self.encoder,
+                self.privileged_head,
+                self.estimate_pool,
+                self.estimate_proj,
+                self.readout_proj,
+            ):
                 if module is not None:
                     module.requires_grad_(False)
         self.export_tolerance = 1e-4  # MiniLM and the attention layers: onnxruntime's float sums round differently
@@ -251,20 +175,25 @@ class VLAPolicy(FlowPolicy):
         if self.estimate_proj is not None:  # valid: the attention expert attends to it
             token = self.estimate_proj(self._estimate(prefix, appended=False))
             return torch.cat([prefix, torch.cat([token, torch.ones_like(token[:, :1])], dim=1)[:, None]], dim=1)
-        if self.readout_proj is not None:  # validity 0: only the MLP expert reads it
-            read = [self.encoder.normalizer(state).flatten(1)]
-            if self.config.estimate_token:
-                read.append(self._estimate(prefix, appended=False))
-            token = self.readout_proj(torch.cat(read, dim=1))
-            return torch.cat([prefix, torch.cat([token, torch.zeros_like(token[:, :1])], dim=1)[:, None]], dim=1)
+        if self.readout_proj is not None:
+            estimate = self._estimate(prefix, appended=False) if self.config.estimate_token else None
+            return self._with_readout(prefix, state, estimate)
         return prefix
+
+    def _with_readout(self, prefix: torch.Tensor, state: torch.Tensor, estimate: torch.Tensor | None) -> torch.Tensor:
+        """The prefix [B, P, W + 1] with the MLP expert's readout of the state [B, T_o, D] and (estimate_token) the
+        estimate [B, D_c] appended (validity 0: only the MLP expert reads it)."""
+        assert self.readout_proj is not None
+        read = [self.encoder.normalizer(state).flatten(1), *([estimate] if estimate is not None else [])]
+        token = self.readout_proj(torch.cat(read, dim=1))
+        return torch.cat([prefix, torch.cat([token, torch.zeros_like(token[:, :1])], dim=1)[:, None]], dim=1)
 
     def _estimate(self, prefix: torch.Tensor, appended: bool = True) -> torch.Tensor:
         """The privileged head's estimate [B, D_c] (normalised) from the pooled prefix [B, P, W + 1], the token
         `encode` appends (estimate or readout, the last, when `appended`) left out."""
         assert self.privileged_head is not None
         core = prefix[:, :-1] if appended and self._appended_token() is not None else prefix
-        return self.privileged_head(pooled(core))
+        return self.privileged_head(pooled(core) if self.estimate_pool is None else self.estimate_pool(core))
 
     def _appended_token(self) -> nn.Module | None:
         """The projection of the token `encode` appends to the backbone's prefix, if any."""
@@ -283,7 +212,16 @@ class VLAPolicy(FlowPolicy):
         """The flow-matching loss, plus (privileged_aux_weight) the auxiliary regression of obs["critic"]
         [B, D_c], normalised, from the pooled prefix."""
         prefix = self.encode(obs)
-        loss = self.flow_loss(prefix, actions)
+        acting_prefix = prefix
+        if self.config.bc_true_estimate >= 0:
+            truth = self._privileged_target(obs)
+            state = obs[self.obs_key]
+            state = state[:, None] if state.dim() == 2 else state
+            noise = self.config.bc_true_estimate
+            acting_prefix = self._with_readout(
+                prefix[:, :-1], state, truth + noise * torch.randn_like(truth) if noise else truth
+            )
+        loss = self.flow_loss(acting_prefix, actions)
         if not self.config.privileged_aux_weight:
             return loss
         return loss + self._privileged_error(prefix, obs)
@@ -297,13 +235,17 @@ class VLAPolicy(FlowPolicy):
         """privileged_aux_weight × the squared error of obs["critic"] [B, D_c], normalised, regressed from the
         pooled prefix [B, P, W + 1]."""
         assert self.privileged_head is not None
+        error = (self._estimate(prefix) - self._privileged_target(obs)).pow(2).mean()
+        return self.config.privileged_aux_weight * error
+
+    def _privileged_target(self, obs: Obs) -> torch.Tensor:
+        """obs["critic"] [B, D_c], normalised; ValueError naming the key when the batch has none."""
         if PRIVILEGED_KEY not in obs:
             raise ValueError(
                 f"obs.{PRIVILEGED_KEY}: policy.privileged_aux_weight regresses the privileged state and the batch has "
                 "none (BC reads it from the dataset's observation.environment_state)"
             )
-        target = self.privileged_normalizer(obs[PRIVILEGED_KEY])
-        return self.config.privileged_aux_weight * (self._estimate(prefix) - target).pow(2).mean()
+        return self.privileged_normalizer(obs[PRIVILEGED_KEY])
 
     def _prefix_modules(self) -> list[nn.Module]:
         """What `encode` runs (the instruction encoder aside, always frozen)."""
@@ -311,7 +253,8 @@ class VLAPolicy(FlowPolicy):
         if appended is None:
             return [self.encoder]
         estimated = self.privileged_head is not None and self.config.estimate_token
-        return [self.encoder, *([self.privileged_head] if estimated else []), appended]
+        heads = [self.privileged_head, *([self.estimate_pool] if self.estimate_pool is not None else [])]
+        return [self.encoder, *(heads if estimated else []), appended]
 
     def _vision_frozen(self) -> bool:
         return not any(p.requires_grad for p in self.encoder.vision.parameters())

@@ -162,9 +162,11 @@ class VLABackbone(nn.Module):
         stride: int,
         normalize_state: bool,
         language_film: bool = False,
+        read_state: bool = True,
     ):
         """`vision`: uint8 images [N, Hi, Wi, 3] → feature maps [N, vision.out_channels, Hi/stride, Wi/stride].
-        `language_film`: modulate every image token by the instruction before the transformer (`film_tokens`)."""
+        `language_film`: modulate every image token by the instruction before the transformer (`film_tokens`).
+        `read_state`: the prefix ends with a proprioception token (else: image and language tokens only)."""
         super().__init__()
         views, height, width_px = image_shape[0], image_shape[1], image_shape[2]
         self.normalizer = RunningNormalizer(state_dim, enabled=normalize_state)
@@ -183,7 +185,7 @@ class VLABackbone(nn.Module):
             nn.init.zeros_(self.film.bias)
             self.film_out = nn.Linear(width, width)
         self.text_proj = nn.Linear(text_dim, width)
-        self.state_proj = nn.Linear(n_obs_steps * state_dim, width)
+        self.state_proj = nn.Linear(n_obs_steps * state_dim, width) if read_state else None
         self.kind = nn.Parameter(0.02 * torch.randn(3, width))  # image / language / proprio token type
         self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
         self.norm = nn.LayerNorm(width)
@@ -212,11 +214,13 @@ class VLABackbone(nn.Module):
         tokens = [
             image_tokens + self.image_place + self.image_position + self.kind[0],
             self.text_proj(text) + self.kind[1],
-            self.state_proj(self.normalizer(state).flatten(1))[:, None] + self.kind[2],
         ]
-        h = torch.cat(tokens, dim=1)
         ones = state.new_ones(b, 1)
-        valid = torch.cat([ones.expand(b, self.image_tokens), text_mask.to(h.dtype), ones], dim=1)
+        valid = [ones.expand(b, self.image_tokens), text_mask.to(ones.dtype)]
+        if self.state_proj is not None:
+            tokens.append(self.state_proj(self.normalizer(state).flatten(1))[:, None] + self.kind[2])
+            valid.append(ones)
+        h, valid = torch.cat(tokens, dim=1), torch.cat(valid, dim=1)
         bias = attention_bias(valid)
         for block in self.blocks:
             h = block(h, bias)
@@ -236,6 +240,22 @@ def pooled(prefix: torch.Tensor) -> torch.Tensor:
     """Mean of the valid prefix tokens: [B, P, W + 1] → [B, W]."""
     valid = prefix[:, :, -1:]
     return (prefix[:, :, :-1] * valid).sum(1) / valid.sum(1)
+
+
+class AttentionPool(nn.Module):
+    """A learned query attending to the valid prefix tokens (SigLIP's attention-pooling head): [B, P, W + 1] →
+    [B, W]. Where the mean of the tokens dilutes one object's few image tokens among ~60, a query can pick them."""
+
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.query = nn.Parameter(0.02 * torch.randn(1, 1, width))
+        self.block = Block(width, heads)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, prefix: torch.Tensor) -> torch.Tensor:
+        tokens, valid = prefix[:, :, :-1], prefix[:, :, -1]
+        bias = attention_bias(torch.cat([valid, valid.new_ones(valid.shape[0], 1)], dim=1))
+        return self.norm(self.block(self.query.expand(prefix.shape[0], -1, -1), bias, tokens)[:, 0])
 
 
 class ActionExpert(nn.Module):
@@ -309,6 +329,7 @@ class MLPExpert(nn.Module):
 
 __all__ = [
     "ActionExpert",
+    "AttentionPool",
     "Block",
     "EfficientNetLite0",
     "MLPExpert",

@@ -88,6 +88,7 @@ POLICIES = {
         expert="mlp",
         expert_hidden=[32, 32],
         estimate_token=True,
+        prefix_state=False,  # configs/vla-bc.yaml's; every other VLA variant has the prefix's state token
     ),
 }
 FROZEN_STEPS = ("diffusion_dppo", "flow_reinflow_frozen")

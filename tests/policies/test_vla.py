@@ -2,6 +2,8 @@
 pretrained encoders load offline with every weight matched, the instruction reaches the policy as token ids from
 the env, the prefix is computed once per decision, and bad inputs are refused by name."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from policyforge.policies.chunked import ChunkConfig
 from policyforge.policies.efficientnet import load_pretrained_efficientnet, pretrained_file
 from policyforge.policies.language import InstructionEncoder, minilm
 from policyforge.policies.vla import VisionConfig, VLAConfig, VLAPolicy
+from policyforge.policies.vla_networks import pooled
 from policyforge.sims.instruction_obs import INSTRUCTION_KEY, INSTRUCTION_TOKENS, PAD_ID, tokenizer
 from tests.policies.perturb import chains_before_and_after_a_step
 
@@ -410,8 +413,6 @@ def test_image_tokens_know_their_place_from_the_start():
 
 
 def test_the_estimate_token_gives_the_expert_the_heads_estimate_of_the_scene():
-    from policyforge.policies.vla_networks import pooled
-
     spec = EnvSpec({"policy": (5,), "critic": (4,), "image": IMAGE_SHAPE, "instruction": (INSTRUCTION_TOKENS,)}, 3)
     vision = VisionConfig(encoder="scratch", scratch_channels=8)
     plain = VLAConfig(**{"chunk": CHUNK, **TINY, "vision": vision}).build(spec).eval()
@@ -436,8 +437,6 @@ def test_the_estimate_token_gives_the_expert_the_heads_estimate_of_the_scene():
 
 
 def test_the_mlp_expert_reads_the_state_through_a_linear_readout_and_the_scene_as_the_estimate():
-    from policyforge.policies.vla_networks import pooled
-
     spec = EnvSpec({"policy": (5,), "critic": (4,), "image": IMAGE_SHAPE, "instruction": (INSTRUCTION_TOKENS,)}, 3)
     vision = VisionConfig(encoder="scratch", scratch_channels=8)
     base = {"chunk": CHUNK, **TINY, "vision": vision, "expert": "mlp", "expert_hidden": [32, 32]}
@@ -462,6 +461,91 @@ def test_the_mlp_expert_reads_the_state_through_a_linear_readout_and_the_scene_a
         state = estimating.encoder.normalizer(obs["policy"][:, None]).flatten(1)
         assert torch.allclose(prefix[:, -1, :-1], estimating.readout_proj(torch.cat([state, estimate], dim=1)))
         assert torch.equal(estimating.precompute_frozen(obs)["prefix"], prefix), "the cached prefix is exact"
+
+
+def test_without_the_prefix_state_the_scene_estimate_reads_only_the_images_and_the_instruction():
+    """prefix_state: false keeps the arm's state out of the estimate (which otherwise learns to follow the arm)."""
+    spec = EnvSpec({"policy": (5,), "critic": (4,), "image": IMAGE_SHAPE, "instruction": (INSTRUCTION_TOKENS,)}, 3)
+    vision = VisionConfig(encoder="scratch", scratch_channels=8)
+    base = {
+        "chunk": CHUNK,
+        **TINY,
+        "vision": vision,
+        "expert": "mlp",
+        "expert_hidden": [32, 32],
+        "estimate_token": True,
+    }
+    torch.manual_seed(0)
+    with_state = VLAConfig(**base).build(spec).eval()
+    torch.manual_seed(0)
+    without = VLAConfig(**base, prefix_state=False).build(spec).eval()
+    obs = observations(without, ["lift the red cube", "touch the blue cube"])
+    moved = {**obs, "policy": obs["policy"] + 1.0}
+    with torch.no_grad():
+        assert without.encode(obs).shape[1] == with_state.encode(obs).shape[1] - 1, "no proprioception token"
+        estimate = lambda policy, o: policy.privileged_head(pooled(policy.encode(o)[:, :-1]))  # noqa: E731
+        assert torch.equal(estimate(without, obs), estimate(without, moved))
+        assert not torch.allclose(estimate(with_state, obs), estimate(with_state, moved))
+        assert not torch.allclose(without.act(obs), without.act(moved)), "the expert still reads the state"
+    with pytest.raises(ConfigError, match=r"prefix_state: .*set expert: mlp"):
+        VLAConfig(**{**base, "expert": "attention"}, prefix_state=False)
+
+
+def test_bc_can_teach_the_expert_on_the_true_scene_and_the_head_on_its_estimate():
+    """bc_true_estimate: the expert's flow loss reads the true privileged state (plus noise); the head learns it by
+    the auxiliary loss alone; acting reads the estimate."""
+    spec = EnvSpec({"policy": (5,), "critic": (4,), "image": IMAGE_SHAPE, "instruction": (INSTRUCTION_TOKENS,)}, 3)
+    vision = VisionConfig(encoder="scratch", scratch_channels=8)
+    base = {"chunk": CHUNK, **TINY, "vision": vision, "expert": "mlp", "expert_hidden": [32, 32]}
+    estimating = {**base, "estimate_token": True, "privileged_aux_weight": 1.0, "prefix_state": False}
+    policy = VLAConfig(**estimating, bc_true_estimate=0.0).build(spec).eval()  # no dropout: one prefix
+    obs = observations(policy, ["lift the red cube", "touch the blue cube"])
+    obs["critic"] = torch.randn(2, 4)
+    actions = torch.randn(2, 4, 3)
+    torch.manual_seed(1)
+    loss = policy.bc_loss(obs, actions)
+    prefix = policy.encode(obs)
+    truth = policy.privileged_normalizer(obs["critic"])
+    torch.manual_seed(1)
+    expected = policy.flow_loss(policy._with_readout(prefix[:, :-1], obs["policy"][:, None], truth), actions)
+    assert torch.allclose(loss, expected + policy._privileged_error(prefix, obs))
+    policy.zero_grad()
+    torch.manual_seed(1)
+    policy.flow_loss(policy._with_readout(prefix[:, :-1], obs["policy"][:, None], truth), actions).backward()
+    assert all(p.grad is None or not p.grad.any() for p in policy.privileged_head.parameters()), "flow loss: no head"
+    with torch.no_grad():
+        readout = policy.encode(obs)[:, -1, :-1]
+        state = policy.encoder.normalizer(obs["policy"][:, None]).flatten(1)
+        estimate = policy.privileged_head(pooled(prefix[:, :-1]))
+        assert torch.allclose(readout, policy.readout_proj(torch.cat([state, estimate], dim=1))), "acting: estimate"
+    for wrong in ({"estimate_token": False}, {"privileged_aux_weight": 0.0}, {"bc_true_estimate": -0.5}):
+        with pytest.raises(ConfigError, match="bc_true_estimate: "):
+            VLAConfig(**{**estimating, "bc_true_estimate": 0.3, **wrong})
+
+
+def test_the_attention_pooled_estimate_reads_valid_tokens_only_and_freezes_with_the_backbone():
+    from policyforge.policies.vla_networks import AttentionPool
+
+    torch.manual_seed(0)
+    pool = AttentionPool(16, 2)
+    prefix = torch.cat([torch.randn(3, 6, 16), torch.tensor([1.0, 1, 1, 0, 1, 0]).expand(3, 6)[:, :, None]], dim=-1)
+    changed = prefix.clone()
+    changed[:, 3, :-1] += 5.0  # an invalid token (padding, the readout)
+    assert torch.equal(pool(prefix), pool(changed))
+    changed[:, 1, :-1] += 5.0
+    assert not torch.allclose(pool(prefix), pool(changed))
+    spec = EnvSpec({"policy": (5,), "critic": (4,), "image": IMAGE_SHAPE, "instruction": (INSTRUCTION_TOKENS,)}, 3)
+    vision = VisionConfig(encoder="scratch", scratch_channels=8)
+    config = VLAConfig(chunk=CHUNK, **TINY, vision=vision, expert="mlp", estimate_token=True, estimate_pool="attention")
+    policy = config.build(spec).eval()
+    obs = observations(policy, ["lift the red cube", "touch the blue cube"])
+    with torch.no_grad():
+        prefix = policy.encode(obs)
+        estimate = policy.privileged_head(policy.estimate_pool(prefix[:, :-1]))
+        state = policy.encoder.normalizer(obs["policy"][:, None]).flatten(1)
+        assert torch.allclose(prefix[:, -1, :-1], policy.readout_proj(torch.cat([state, estimate], dim=1)))
+    frozen = dataclasses.replace(config, freeze_backbone=True).build(spec)
+    assert not any(p.requires_grad for p in frozen.estimate_pool.parameters())
 
 
 def test_the_mlp_expert_learns_a_feedback_law_on_fine_state_differences():
