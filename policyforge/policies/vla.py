@@ -189,8 +189,9 @@ class VLAPolicy(FlowPolicy):
         return torch.cat([prefix, torch.cat([token, torch.zeros_like(token[:, :1])], dim=1)[:, None]], dim=1)
 
     def _estimate(self, prefix: torch.Tensor, appended: bool = True) -> torch.Tensor:
-        """The privileged head's estimate [B, D_c] (normalised) from the pooled prefix [B, P, W + 1], the token
-        `encode` appends (estimate or readout, the last, when `appended`) left out."""
+        """The privileged head's estimate [B, D_c] (normalised) from the prefix [B, P, W + 1] (the mean of its valid
+        tokens, or `estimate_pool`), the token `encode` appends (estimate or readout, the last, when `appended`) left
+        out."""
         assert self.privileged_head is not None
         core = prefix[:, :-1] if appended and self._appended_token() is not None else prefix
         return self.privileged_head(pooled(core) if self.estimate_pool is None else self.estimate_pool(core))
@@ -209,11 +210,12 @@ class VLAPolicy(FlowPolicy):
             self.privileged_normalizer.update(obs[PRIVILEGED_KEY])
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
-        """The flow-matching loss, plus (privileged_aux_weight) the auxiliary regression of obs["critic"]
-        [B, D_c], normalised, from the pooled prefix."""
+        """The flow-matching loss (with `bc_true_estimate`, the expert reading the true obs["critic"] + noise in
+        place of the estimate), plus (privileged_aux_weight) the auxiliary regression of obs["critic"] [B, D_c],
+        normalised, by the privileged head."""
         prefix = self.encode(obs)
         acting_prefix = prefix
-        if self.config.bc_true_estimate >= 0:
+        if self.config.bc_true_estimate is not None:
             truth = self._privileged_target(obs)
             state = obs[self.obs_key]
             state = state[:, None] if state.dim() == 2 else state

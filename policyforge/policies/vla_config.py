@@ -77,11 +77,11 @@ class VLAConfig(FlowChainConfig):
     estimate_pool: Literal["mean", "attention"] = "mean"
     """What the privileged head reads of the prefix: the mean of its valid tokens, or a learned query attending to
     them (`vla_networks.AttentionPool`)."""
-    bc_true_estimate: float = -1.0
+    bc_true_estimate: float | None = None
     """BC only (with `estimate_token`, the MLP expert and the auxiliary loss): the expert learns from the true
     privileged state (the dataset's observation.environment_state, normalised) plus Gaussian noise of this standard
     deviation (normalised units) in place of the head's estimate, while the head learns that state by the auxiliary
-    loss alone; acting always reads the estimate (-1: off, the expert learns from the estimate). The expert then
+    loss alone; acting always reads the estimate (null: off, the expert learns from the estimate). The expert then
     acts on the scene as it is, and a better estimate makes a better policy: `policyforge bench vla-estimate` swaps
     the truth in to measure what perception costs (BENCHMARKS.md, "VLA behaviour cloning": 27% and 44% on the true
     state against 2% and 5% on the estimate; an expert that learnt from the estimate reached 14% on either)."""
@@ -101,17 +101,13 @@ class VLAConfig(FlowChainConfig):
         check_sizes(self.expert_hidden, "expert_hidden", MAX_WIDTH)
         check(bool(self.expert_hidden), "expert_hidden", "the MLP expert needs at least one hidden layer")
         check(self.time_dim % 2 == 0, "time_dim", f"must be even, got {self.time_dim}")
+        check_in(self.bc_true_estimate, "bc_true_estimate", "[0, 10]", "the noise's standard deviation; null: off")
         check(
-            self.bc_true_estimate == -1 or 0 <= self.bc_true_estimate <= 10,
-            "bc_true_estimate",
-            f"must be in [0, 10] (noise std) or -1 (off), got {self.bc_true_estimate}",
-        )
-        check(
-            self.bc_true_estimate == -1
+            self.bc_true_estimate is None
             or (self.estimate_token and self.expert == "mlp" and self.privileged_aux_weight),
             "bc_true_estimate",
             "the MLP expert's estimate stands in for the truth only with estimate_token, expert: mlp and "
-            "privileged_aux_weight > 0 (which teaches the head); set them or leave bc_true_estimate at -1",
+            "privileged_aux_weight > 0 (which teaches the head); set them or leave bc_true_estimate null",
         )
         check(
             self.prefix_state or self.expert == "mlp",

@@ -518,7 +518,7 @@ def test_bc_can_teach_the_expert_on_the_true_scene_and_the_head_on_its_estimate(
         state = policy.encoder.normalizer(obs["policy"][:, None]).flatten(1)
         estimate = policy.privileged_head(pooled(prefix[:, :-1]))
         assert torch.allclose(readout, policy.readout_proj(torch.cat([state, estimate], dim=1))), "acting: estimate"
-    for wrong in ({"estimate_token": False}, {"privileged_aux_weight": 0.0}, {"bc_true_estimate": -0.5}):
+    for wrong in ({"estimate_token": False}, {"privileged_aux_weight": 0.0}, {"bc_true_estimate": -1.0}):
         with pytest.raises(ConfigError, match="bc_true_estimate: "):
             VLAConfig(**{**estimating, "bc_true_estimate": 0.3, **wrong})
 
