@@ -71,6 +71,7 @@ from policyforge.policies.flow import FlowChainConfig, FlowPolicy
 from policyforge.policies.history import InputState
 from policyforge.policies.smolvla_networks import LANGUAGE_MASK, LANGUAGE_TOKENS, STATE, SmolVLAExpert, SmolVLAPrefix
 from policyforge.policies.vla import _VLAInputs
+from policyforge.policies.vla_config import require_images_and_instruction
 from policyforge.sims.instruction_obs import CLS_ID, INSTRUCTION_KEY, INSTRUCTION_TOKENS, SEP_ID
 
 LEROBOT_INSTALLED = importlib.util.find_spec("lerobot") is not None
@@ -120,13 +121,7 @@ class SmolVLAPolicyConfig(FlowChainConfig):
         check_in(self.tokenizer_max_length, "tokenizer_max_length", "[4, 512]")
 
     def build(self, env: EnvSpec) -> SmolVLAFlowPolicy:
-        for key, what in ((IMAGE_KEY, "camera images: set sim.image.cameras"), (INSTRUCTION_KEY, "instructions")):
-            if key not in env.obs_shapes:
-                raise ConfigError(
-                    "policy.class",
-                    f"a smolvla policy reads obs[{key!r}] ({what}); this env has {sorted(env.obs_shapes)} "
-                    "(instructions come from tasks that draw them, e.g. arm-instructed)",
-                )
+        require_images_and_instruction(env, "smolvla")
         if not LEROBOT_INSTALLED:
             raise ConfigError("policy.class", "smolvla needs lerobot: make setup-lerobot, then use .venv-lerobot")
         return SmolVLAFlowPolicy(env.state_dim, env.action_dim, self, tuple(env.obs_shapes[IMAGE_KEY]))

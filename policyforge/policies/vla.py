@@ -139,10 +139,14 @@ class VLAPolicy(FlowPolicy):
         return _VLAInputs(self, num_envs)
 
     def encode(self, obs: Obs, frozen: bool = False) -> torch.Tensor:
-        """The prefix [B, P, W + 1] (with the frozen copy's backbone if `frozen`); `precompute_frozen`'s when
-        `obs` carries it."""
+        """The prefix [B, P, W + 1] (with the frozen copy's backbone if `frozen`) and the token the expert reads
+        appended; `precompute_frozen`'s when `obs` carries it."""
         if PREFIX_KEY in obs:
             return obs[FROZEN_PREFIX_KEY if frozen and self.base is not None else PREFIX_KEY]
+        return self._append(*self._backbone(obs, frozen))
+
+    def _backbone(self, obs: Obs, frozen: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone's prefix [B, P, W + 1] of checked observations, and the state [B, T_o, D]."""
         state = obs[self.obs_key]
         state = state[:, None] if state.dim() == 2 else state
         check(
@@ -171,22 +175,25 @@ class VLAPolicy(FlowPolicy):
             )
         text, mask = self.text(obs[INSTRUCTION_KEY])
         encoder = self.base["encoder"] if frozen and self.base is not None else self.encoder
-        prefix = encoder(state, None if features is not None else image, text, mask, features)
-        if self.estimate_proj is not None:  # valid: the attention expert attends to it
-            token = self.estimate_proj(self._estimate(prefix, appended=False))
-            return torch.cat([prefix, torch.cat([token, torch.ones_like(token[:, :1])], dim=1)[:, None]], dim=1)
-        if self.readout_proj is not None:
-            estimate = self._estimate(prefix, appended=False) if self.config.estimate_token else None
-            return self._with_readout(prefix, state, estimate)
-        return prefix
+        return encoder(state, None if features is not None else image, text, mask, features), state
 
-    def _with_readout(self, prefix: torch.Tensor, state: torch.Tensor, estimate: torch.Tensor | None) -> torch.Tensor:
-        """The prefix [B, P, W + 1] with the MLP expert's readout of the state [B, T_o, D] and (estimate_token) the
-        estimate [B, D_c] appended (validity 0: only the MLP expert reads it)."""
-        assert self.readout_proj is not None
-        read = [self.encoder.normalizer(state).flatten(1), *([estimate] if estimate is not None else [])]
-        token = self.readout_proj(torch.cat(read, dim=1))
-        return torch.cat([prefix, torch.cat([token, torch.zeros_like(token[:, :1])], dim=1)[:, None]], dim=1)
+    def _append(self, prefix: torch.Tensor, state: torch.Tensor, scene: torch.Tensor | None = None) -> torch.Tensor:
+        """The backbone's prefix [B, P, W + 1] with the token the expert reads appended, if any: the attention
+        expert's estimate token (valid) or the MLP expert's readout of the state [B, T_o, D] (validity 0: only the
+        MLP expert reads it). With `estimate_token`, `scene` [B, D_c] is the scene they read (default: the head's
+        estimate from `prefix`)."""
+        if self.estimate_proj is None and self.readout_proj is None:
+            return prefix
+        if self.config.estimate_token and scene is None:
+            scene = self._estimate(prefix, appended=False)
+        if self.estimate_proj is not None:
+            assert scene is not None
+            token, validity = self.estimate_proj(scene), 1.0
+        else:
+            assert self.readout_proj is not None
+            read = [self.encoder.normalizer(state).flatten(1), *([scene] if self.config.estimate_token else [])]
+            token, validity = self.readout_proj(torch.cat(read, dim=1)), 0.0
+        return torch.cat([prefix, torch.cat([token, torch.full_like(token[:, :1], validity)], dim=1)[:, None]], dim=1)
 
     def _estimate(self, prefix: torch.Tensor, appended: bool = True) -> torch.Tensor:
         """The privileged head's estimate [B, D_c] (normalised) from the prefix [B, P, W + 1] (the mean of its valid
@@ -212,33 +219,30 @@ class VLAPolicy(FlowPolicy):
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """The flow-matching loss (with `bc_true_estimate`, the expert reading the true obs["critic"] + noise in
         place of the estimate), plus (privileged_aux_weight) the auxiliary regression of obs["critic"] [B, D_c],
-        normalised, by the privileged head."""
-        prefix = self.encode(obs)
-        acting_prefix = prefix
+        normalised, by the privileged head; the head runs once for both."""
+        if PREFIX_KEY in obs:  # RL's cached prefix (frozen backbone), the expert's token already in it
+            return self.flow_loss(self.encode(obs), actions)
+        prefix, state = self._backbone(obs)
+        estimate = self._estimate(prefix, appended=False) if self.privileged_head is not None else None
+        scene = estimate
         if self.config.bc_true_estimate is not None:
-            truth = self._privileged_target(obs)
-            state = obs[self.obs_key]
-            state = state[:, None] if state.dim() == 2 else state
-            noise = self.config.bc_true_estimate
-            acting_prefix = self._with_readout(
-                prefix[:, :-1], state, truth + noise * torch.randn_like(truth) if noise else truth
-            )
-        loss = self.flow_loss(acting_prefix, actions)
+            truth, noise = self._privileged_target(obs), self.config.bc_true_estimate
+            scene = truth + noise * torch.randn_like(truth) if noise else truth
+        loss = self.flow_loss(self._append(prefix, state, scene), actions)
         if not self.config.privileged_aux_weight:
             return loss
-        return loss + self._privileged_error(prefix, obs)
+        assert estimate is not None
+        return loss + self._privileged_error(estimate, obs)
 
     def privileged_loss(self, obs: Obs) -> torch.Tensor:
         if not self.config.privileged_aux_weight:
             return super().privileged_loss(obs)
-        return self._privileged_error(self.encode(obs), obs)
+        return self._privileged_error(self._estimate(self._backbone(obs)[0], appended=False), obs)
 
-    def _privileged_error(self, prefix: torch.Tensor, obs: Obs) -> torch.Tensor:
-        """privileged_aux_weight × the squared error of obs["critic"] [B, D_c], normalised, regressed from the
-        pooled prefix [B, P, W + 1]."""
-        assert self.privileged_head is not None
-        error = (self._estimate(prefix) - self._privileged_target(obs)).pow(2).mean()
-        return self.config.privileged_aux_weight * error
+    def _privileged_error(self, estimate: torch.Tensor, obs: Obs) -> torch.Tensor:
+        """privileged_aux_weight × the squared error of the head's `estimate` [B, D_c] of obs["critic"],
+        normalised."""
+        return self.config.privileged_aux_weight * (estimate - self._privileged_target(obs)).pow(2).mean()
 
     def _privileged_target(self, obs: Obs) -> torch.Tensor:
         """obs["critic"] [B, D_c], normalised; ValueError naming the key when the batch has none."""

@@ -22,6 +22,17 @@ PRIVILEGED_KEY = "critic"
 """The privileged state the auxiliary loss regresses (the task's critic observation)."""
 
 
+def require_images_and_instruction(env: EnvSpec, policy_class: str, how: str = "") -> None:
+    """ConfigError naming policy.class unless `env` gives camera images and an instruction (`how`: how they come)."""
+    for key, what in ((IMAGE_KEY, "camera images: set sim.image.cameras"), (INSTRUCTION_KEY, "instructions")):
+        if key not in env.obs_shapes:
+            raise ConfigError(
+                "policy.class",
+                f"a {policy_class} policy reads obs[{key!r}] ({what}); this env has {sorted(env.obs_shapes)} "
+                f"(instructions come from tasks that draw them, e.g. arm-instructed{', ' + how if how else ''})",
+            )
+
+
 @register_policy("vla")
 @dataclasses.dataclass
 class VLAConfig(FlowChainConfig):
@@ -118,14 +129,7 @@ class VLAConfig(FlowChainConfig):
     def build(self, env: EnvSpec) -> VLAPolicy:
         from policyforge.policies.vla import VLAPolicy  # the policy module imports this one
 
-        for key, what in ((IMAGE_KEY, "camera images: set sim.image.cameras"), (INSTRUCTION_KEY, "instructions")):
-            if key not in env.obs_shapes:
-                raise ConfigError(
-                    "policy.class",
-                    f"a vla policy reads obs[{key!r}] ({what}); this env has {sorted(env.obs_shapes)} "
-                    "(instructions come from tasks that draw them, e.g. arm-instructed, as token ids when the "
-                    "`vla` extra is installed: scripts/setup.sh)",
-                )
+        require_images_and_instruction(env, "vla", "as token ids when the `vla` extra is installed: scripts/setup.sh")
         estimated = self.privileged_aux_weight or self.estimate_token
         privileged = env.obs_shapes.get(PRIVILEGED_KEY, (0,))[0] if estimated else 0
         for field, on in (

@@ -507,11 +507,11 @@ def test_bc_can_teach_the_expert_on_the_true_scene_and_the_head_on_its_estimate(
     prefix = policy.encode(obs)
     truth = policy.privileged_normalizer(obs["critic"])
     torch.manual_seed(1)
-    expected = policy.flow_loss(policy._with_readout(prefix[:, :-1], obs["policy"][:, None], truth), actions)
-    assert torch.allclose(loss, expected + policy._privileged_error(prefix, obs))
+    expected = policy.flow_loss(policy._append(prefix[:, :-1], obs["policy"][:, None], truth), actions)
+    assert torch.allclose(loss, expected + policy._privileged_error(policy._estimate(prefix), obs))
     policy.zero_grad()
     torch.manual_seed(1)
-    policy.flow_loss(policy._with_readout(prefix[:, :-1], obs["policy"][:, None], truth), actions).backward()
+    policy.flow_loss(policy._append(prefix[:, :-1], obs["policy"][:, None], truth), actions).backward()
     assert all(p.grad is None or not p.grad.any() for p in policy.privileged_head.parameters()), "flow loss: no head"
     with torch.no_grad():
         readout = policy.encode(obs)[:, -1, :-1]
