@@ -64,9 +64,19 @@ class BCConfig(AlgoConfig):
     whose privileged state the policy's auxiliary loss also regresses, a batch of them beside every batch of
     windows: layouts by the thousand where the dataset has one per demonstration (`algos/scenes.py`). Needs a
     policy with that loss (a VLA's policy.privileged_aux_weight > 0); 0: off."""
+    scene_motion_steps: int = 0
+    """Take each scene after this many env steps in which the arm holds a random action for a random part of them
+    (`SceneFrames`): the arm anywhere in view and its state unrelated to the named object's place, where in the
+    demonstrations it is at that object; 0: the episodes' first frames."""
 
     def __post_init__(self) -> None:
         check_in(self.scene_frames, "scene_frames", "[0, 1_000_000]", "0: off")
+        check_in(self.scene_motion_steps, "scene_motion_steps", "[0, 1000]", "0: first frames")
+        check(
+            not self.scene_motion_steps or self.scene_frames > 0,
+            "scene_motion_steps",
+            "moves the arm in algo.scene_frames' scenes: set scene_frames > 0 as well",
+        )
         check_in(self.max_episodes, "max_episodes", "[0, inf)", "0: all")
         check_in(self.gradient_steps, "gradient_steps", "[1, inf)")
         check_in(
@@ -334,7 +344,7 @@ def construct_bc(config: RunConfig, env: VecEnv, policy: Policy) -> BC:
     windows = demo_windows(policy, demos, config.algo, cameras)
     scenes = None
     if config.algo.scene_frames:
-        scenes = SceneFrames(config.sim, config.algo.scene_frames, policy, config.seed)
+        scenes = SceneFrames(config.sim, config.algo.scene_frames, policy, config.seed, config.algo.scene_motion_steps)
     return BC(policy, windows, config.algo, scenes)
 
 

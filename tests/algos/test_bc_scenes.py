@@ -1,10 +1,13 @@
 """BC's simulated scenes (`algo.scene_frames`, algos/scenes.py): fresh layouts, each labelled by its privileged
 state, the same ones again on a resumed run, shaped as BC's windows, and a loss the policy learns from."""
 
+import pytest
 import torch
 
+from policyforge.algos.bc import BCConfig
 from policyforge.algos.run_config import EVAL_SEED_OFFSET
 from policyforge.algos.scenes import SceneFrames
+from policyforge.config import ConfigError
 from policyforge.policies.base import EnvSpec
 from policyforge.policies.chunked import ChunkConfig
 from policyforge.policies.vla import VisionConfig, VLAConfig
@@ -62,3 +65,30 @@ def test_the_scene_loss_trains_what_reads_the_scene_and_not_the_action_expert():
 
     assert reached("encoder.vision.") and reached("privileged_head.") and reached("encoder.film_out.")
     assert all(p.grad is None for name, p in policy.named_parameters() if name.startswith("denoiser."))
+
+
+def test_scenes_with_motion_show_the_arm_at_work_and_not_always_on_the_named_cube():
+    policy = scene_policy()
+    still = SceneFrames(SIM, 256, policy, seed=0).obs["critic"]
+    moved = SceneFrames(SIM, 256, policy, seed=0, motion_steps=150).obs["critic"]
+    assert torch.equal(SceneFrames(SIM, 256, policy, seed=0, motion_steps=150).obs["critic"], moved), "resumable"
+
+    def tcp_and_cubes(critic: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        tcp = critic[:, -12:-9] - critic[:, -3:]  # the named cube − (cube − TCP)
+        return tcp, critic[:, 22:31].reshape(-1, 3, 3)
+
+    home, _ = tcp_and_cubes(still)
+    tcp, cubes = tcp_and_cubes(moved)
+    assert (tcp - home).norm(dim=1).gt(0.05).float().mean() > 0.5, "the arm has left its home in most scenes"
+    gap = (cubes[:, :, :2] - tcp[:, None, :2]).norm(dim=2)  # [N, 3] TCP to each cube, on the table's plane
+    at_cube = gap.min(dim=1).values < 0.03
+    named = torch.argmax(moved[:, -18:-15], dim=1)  # the one-hot object id
+    on_named = gap.argmin(dim=1) == named
+    assert at_cube.sum() > 30, "the expert reaches cubes"
+    share = on_named[at_cube].float().mean()
+    assert 0.2 < share < 0.8, f"the TCP at the instructed cube in {share:.0%} of the scenes where it is at one"
+
+
+def test_scene_motion_needs_scenes():
+    with pytest.raises(ConfigError, match=r"scene_motion_steps.*scene_frames > 0"):
+        BCConfig(dataset="d", scene_motion_steps=10)
