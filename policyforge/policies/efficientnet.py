@@ -100,10 +100,13 @@ class EfficientNetLite0(nn.Module):
         self._bn1 = nn.BatchNorm2d(1280, eps=BN_EPS)
         self._fc = nn.Linear(1280, 1000)
         self.out_channels, self.stride = stage_channels(stages), stage_stride(stages)
+        self.train()  # a new module is in training mode without train() having run: batch norms frozen from here
 
     def train(self, mode: bool = True) -> EfficientNetLite0:
         super().train(mode)
-        for module in self.modules():  # frozen statistics in training too
+        # frozen statistics in training too: a batch norm in training mode normalises by its batch (a frame's
+        # features would depend on the frames beside it) and overwrites the pretrained running statistics
+        for module in self.modules():
             if isinstance(module, nn.BatchNorm2d):
                 module.eval()
         return self

@@ -82,9 +82,14 @@ def test_efficientnet_lite0_state_dict_loads_with_every_key_matched():
     own = network.state_dict()
     assert set(own) == set(weights) and len(own) == 296
     assert all(own[k].shape == weights[k].shape and torch.equal(own[k], weights[k]) for k in weights)
-    features = network.train()(torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8))
+    frames = torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8)
+    features = network(frames)  # as built, before any train() or eval() call
     assert features.shape == (2, 112, 4, 4)  # stride 16
+    torch.testing.assert_close(network(frames[:1]), features[:1])  # a frame's features do not depend on its batch
+    assert all(torch.equal(own[k], weights[k]) for k in weights), "the pretrained statistics stay as loaded"
+    network.train()(frames)
     assert not any(m.training for m in network.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert all(torch.equal(network.state_dict()[k], weights[k]) for k in weights)
     finer = load_pretrained_efficientnet(3)(torch.randint(0, 256, (2, 64, 64, 3), dtype=torch.uint8))
     assert finer.shape == (2, 40, 8, 8)  # stride 8: 64 tokens a view
     with pytest.raises(ConfigError, match="efficientnet_stages"):
