@@ -36,14 +36,25 @@ def evaluate(
     """Mean return (and its standard deviation over envs), success rate (only for tasks with a success flag: a
     task without one has no `eval/success`, rather than a 0% it does not mean) and length of the first episode of
     every env (no bias towards short episodes). With `video_path`, films the first `video_envs` envs side by side
-    (a 2×2 grid by default) for at most `video_seconds` of simulated time."""
+    (a 2×2 grid by default) for at most `video_seconds` of simulated time. The policy acts in eval mode (no
+    training-time augmentation) and is given back in the mode it came in."""
+    training = policy.training
+    try:
+        return _evaluate(policy.eval(), env, seed, video_path, camera, video_envs, video_seconds)
+    finally:
+        policy.train(training)
+
+
+def _evaluate(
+    policy: Policy, env: VecEnv, seed: int, video_path: Path | None, camera: str | None, video_envs: int, seconds: float
+) -> dict[str, float]:
     obs = env.reset(seed=seed)
     texts = env.instructions()  # each env's first episode's instruction (fixed within the episode), or None
     n = env.num_envs
     finished = torch.zeros(n, dtype=torch.bool)
     defines_success = False
     returns, lengths, successes = torch.zeros(n), torch.zeros(n), torch.zeros(n)
-    film = EvalFilm(env, camera, video_envs, video_seconds) if video_path is not None else None
+    film = EvalFilm(env, camera, video_envs, seconds) if video_path is not None else None
     term_sums: dict[str, torch.Tensor] = {}
     term_steps = torch.zeros(n)
     actor = ChunkedActor(policy, n)

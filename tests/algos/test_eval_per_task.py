@@ -96,3 +96,16 @@ def test_the_eval_flag_offers_every_instruction_set():
     from policyforge.sims.tasks.instructions import InstructionSet
 
     assert get_args(InstructionSet) == INSTRUCTION_SETS
+
+
+def test_evaluation_acts_in_eval_mode_and_gives_the_policy_back_as_it_came():
+    env = make_env(SimConfig(task="arm-reach", num_envs=2, task_options={"episode_seconds": 0.2}))
+    policy = PolicyConfig.registry["gaussian"]().build(EnvSpec({"policy": env.obs_shapes["policy"]}, env.action_dim))
+    modes = []
+    act = policy.act
+    policy.act = lambda obs: modes.append(policy.training) or act(obs)
+    for training in (True, False):  # a fine-tuning run evaluates its initial policy before any update set a mode
+        evaluate(policy.train(training), env, seed=0)
+        assert policy.training is training
+    env.close()
+    assert modes and not any(modes), "augmentation or batch statistics would act in training mode"
