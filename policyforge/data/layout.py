@@ -13,6 +13,8 @@ Field names follow LeRobot's `src/lerobot/datasets/utils.py` (codebase "v3.0"); 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -315,10 +317,20 @@ def write_video(path: Path, frames: np.ndarray, fps: int) -> None:
 
 
 def read_video(path: Path) -> np.ndarray:
-    """Decode every frame of a video: [T, H, W, 3] uint8 RGB."""
+    """Decode every frame of a video: [T, H, W, 3] uint8 RGB. OSError if ffmpeg cannot.
+
+    One ffmpeg process, waited for without a time limit: imageio-ffmpeg's reader gives ffmpeg 10 s to print the
+    stream's header, and on a busy machine (two BC runs reading datasets side by side) a whole file was reported
+    as damaged when ffmpeg was only slow."""
     import imageio_ffmpeg
 
-    frames = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
-    width, height = next(frames)["size"]
-    decoded = [np.frombuffer(frame, np.uint8).reshape(height, width, 3) for frame in frames]
-    return np.stack(decoded) if decoded else np.zeros((0, height, width, 3), np.uint8)
+    command = [imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-nostdin", "-i", str(path)]
+    done = subprocess.run([*command, "-f", "rawvideo", "-pix_fmt", "rgb24", "-"], capture_output=True, check=False)
+    log = done.stderr.decode(errors="replace")
+    size = re.search(r"Stream #0:\d+.*?: Video: .*?, (\d{1,5})x(\d{1,5})\b", log)  # not the codec tag's 0x...
+    if done.returncode or size is None:
+        raise OSError(log.strip().splitlines()[-1] if log.strip() else f"ffmpeg exited with {done.returncode}")
+    width, height = int(size.group(1)), int(size.group(2))
+    if len(done.stdout) % (width * height * 3):
+        raise OSError(f"{len(done.stdout)} bytes of RGB frames are not whole {width} x {height} frames")
+    return np.frombuffer(done.stdout, np.uint8).reshape(-1, height, width, 3)

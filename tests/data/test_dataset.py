@@ -346,3 +346,22 @@ def test_reads_files_laid_out_the_way_lerobot_writes_them(tmp_path):
     assert np.abs(data.images("top").astype(int) - frames[:committed]).max() <= 3
     assert np.abs(data.images("top", episodes=[2]).astype(int) - frames[10:13]).max() <= 3
     assert np.array_equal(data.images("side", episodes=[1, 2]), side[4:committed])
+
+
+def test_videos_decode_exactly_however_long_ffmpeg_takes_to_start(tmp_path, monkeypatch):
+    import imageio_ffmpeg
+
+    frames = np.random.default_rng(0).integers(0, 256, (6, 16, 24, 3), dtype=np.uint8)
+    layout.write_video(tmp_path / "clip.mp4", frames, fps=10)
+    slow = tmp_path / "slow-ffmpeg"  # a machine so busy that ffmpeg needs 11 s to print the stream's header
+    slow.write_text(f'#!/bin/sh\nsleep 11\nexec "{imageio_ffmpeg.get_ffmpeg_exe()}" "$@"\n')
+    slow.chmod(0o755)
+    for module in (imageio_ffmpeg, imageio_ffmpeg._io):  # the package's name and its reader's own import of it
+        monkeypatch.setattr(module, "get_ffmpeg_exe", lambda: str(slow))
+    decoded = layout.read_video(tmp_path / "clip.mp4")
+    assert decoded.shape == frames.shape  # every frame, at its size
+    assert np.abs(decoded.astype(int) - frames).max() <= 3  # lossless in YUV: RGB within rounding
+    monkeypatch.undo()
+    (tmp_path / "noise.mp4").write_bytes(np.random.default_rng(1).bytes(4096))
+    with pytest.raises(OSError):
+        layout.read_video(tmp_path / "noise.mp4")
