@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from policyforge.config import ConfigError
 from policyforge.policies.base import IMAGE_FEATURES_KEY, IMAGE_KEY, Obs, Policy
 from policyforge.sims.config import ImageConfig, SimConfig
 from policyforge.sims.instruction_obs import INSTRUCTION_KEY
@@ -100,11 +101,13 @@ class ExpertMotion:
         from policyforge.data.experts import EXPERTS  # data imports the policies: not at module level
 
         if sim.backend != "mujoco":
-            raise ValueError(f"scenes with motion step the native MuJoCo backend, not {sim.backend!r}")
+            raise ConfigError("algo.scene_motion_steps", f"moves scenes on sim.backend mujoco, not {sim.backend!r}")
         self.env = make_env(dataclasses.replace(sim, num_envs=num_envs, image=ImageConfig()), seed=seed)
         expert_class = EXPERTS.get(type(self.env.task))
         if expert_class is None:
-            raise ValueError(f"task {sim.task!r} has no scripted expert to move its scenes (data/experts.py)")
+            raise ConfigError(
+                "algo.scene_motion_steps", f"task {sim.task!r} has no scripted expert (data/experts.py): set it to 0"
+            )
         self.expert = expert_class(self.env.task, num_envs, MOTION_NOISE, seed, MOTION_HESITATION)
         self.steps, self.rng = steps, np.random.default_rng(seed)
 

@@ -6,7 +6,7 @@ import torch
 
 from policyforge.algos.bc import BCConfig
 from policyforge.algos.run_config import EVAL_SEED_OFFSET
-from policyforge.algos.scenes import SceneFrames
+from policyforge.algos.scenes import ExpertMotion, SceneFrames
 from policyforge.config import ConfigError
 from policyforge.policies.base import EnvSpec
 from policyforge.policies.chunked import ChunkConfig
@@ -92,3 +92,5 @@ def test_scenes_with_motion_show_the_arm_at_work_and_not_always_on_the_named_cub
 def test_scene_motion_needs_scenes():
     with pytest.raises(ConfigError, match=r"scene_motion_steps.*scene_frames > 0"):
         BCConfig(dataset="d", scene_motion_steps=10)
+    with pytest.raises(ConfigError, match=r"scene_motion_steps: task 'pendulum-swingup' has no scripted expert"):
+        ExpertMotion(SimConfig(task="pendulum-swingup", num_envs=2), 2, 5, seed=0)
