@@ -57,9 +57,8 @@ class SceneFrames:
         parts: dict[str, list[torch.Tensor]] = {key: [] for key in keep}
         try:
             for batch in range(-(-count // env.num_envs)):
-                obs = env.reset(seed=seed + SCENE_SEED_OFFSET + batch)
-                if motion is not None:
-                    obs = motion(env, seed + SCENE_SEED_OFFSET + batch)
+                batch_seed = seed + SCENE_SEED_OFFSET + batch
+                obs = env.reset(seed=batch_seed) if motion is None else motion(env, batch_seed)  # no frames thrown away
                 for key in keep:
                     parts[key].append(obs[key].cpu())
         finally:
@@ -112,7 +111,8 @@ class ExpertMotion:
         self.steps, self.rng = steps, np.random.default_rng(seed)
 
     def __call__(self, env: VecEnv, reset_seed: int) -> Obs:
-        """The observation of `env` (reset, with cameras) after this batch's motion: [N, ...] per key."""
+        """The observation of `env` (with cameras; it takes the copy's state, so it need not be reset) after this
+        batch's motion: [N, ...] per key."""
         self.env.reset(seed=reset_seed)
         self.expert.reset(np.arange(self.env.num_envs))
         n = self.env.num_envs
