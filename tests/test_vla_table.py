@@ -1,8 +1,11 @@
 """bench/vla_table.py's figures from known per-seed results: means over seeds and sets, and its last line's keys."""
 
+import argparse
+import json
+
 import pytest
 
-from policyforge.bench.vla_table import SETS, mean_over_seeds, summary_json
+from policyforge.bench.vla_table import SETS, kept, mean_over_seeds, sizes, summary_json
 
 
 def _seed(bc: float, rl: float, paraphrase_gap: float) -> dict:
@@ -29,3 +32,15 @@ def test_the_table_averages_seeds_and_sets_and_its_json_has_the_issue_keys():
     assert result["per_family"]["rl"] == {"lift": 0.9, "touch": 0.5}
     assert {f"bc_{name}_success" for name in SETS} <= set(result)
     assert result["wall_s"] == 30.0
+
+
+def test_a_seed_is_taken_from_an_earlier_invocation_only_at_the_same_sizes(tmp_path):
+    args = argparse.Namespace(
+        episodes=400, bc_steps=3000, steps=102_400, eval_envs=32, image_size=64, episode_seconds=None, dataset=None
+    )
+    run = _seed(0.2, 0.5, 0.0) | {"sizes": sizes(args)}
+    (tmp_path / "seed1.json").write_text(json.dumps(run))
+    assert kept(tmp_path, 1, args) == run
+    assert kept(tmp_path, 2, args) is None  # never run
+    args.bc_steps = 6000  # results of other sizes are not this table's
+    assert kept(tmp_path, 1, args) is None

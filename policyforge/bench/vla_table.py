@@ -14,15 +14,21 @@ on `--eval-envs` fresh episodes of each instruction set, as `policyforge eval RU
 "Overall" is the mean over the three sets (each the same number of episodes). The inference figure is
 `vla-latency`'s: one decision (prefix + K = 10 expert steps) with the prefix cached vs recomputed at every step.
 
-    policyforge bench vla-table [--seeds 0 1 2] [--episodes 200] [--bc-steps 6000] [--steps 51200]
-                                [--eval-envs 32] [--jobs 1] [--smoke] [--out bench/results/vla]
+    policyforge bench vla-table [--seeds 0 1 2] [--episodes 400] [--bc-steps 3000] [--steps 102400]
+                                [--eval-envs 32] [--jobs 1] [--dataset DIR] [--smoke] [--out bench/results/vla]
 
-Each seed's results are also written to OUT/seed<N>.json. `--smoke` shrinks everything (4 demonstrations of 1 s
-episodes, 32 × 32 cameras, 10 BC steps, 64 PPO env steps, 4 evaluation episodes per set, 2 seeds) to check the
-pipeline in minutes; its figures mean nothing. The last line is JSON {"bc_success", "rl_success" (overall),
-"seen_success", "heldout_paraphrase_success", "heldout_combination_success" (after PPO), "bc_<set>_success",
-"per_family" {stage: {family: success}} (seen), "prefix_cache_speedup" (batch 1), "env_steps", "wall_s", "seeds",
-"demo_success"}.
+The sizes default to the configs' (configs/vla-bc.yaml's 400 demonstrations and 3,000 gradient steps,
+configs/vla-ppo.yaml's 102,400 env steps). `--dataset DIR` uses demonstrations already collected (journey 5's
+`policyforge collect` command writes them) instead of collecting `--episodes` of them again.
+
+Each seed's results are also written to OUT/seed<N>.json; a later invocation with the same OUT and sizes takes them
+from there instead of training that seed again (a long table can be split across invocations). `--smoke` shrinks
+everything (4 demonstrations of 1 s episodes, 32 × 32 cameras, 10 BC steps, 64 PPO env steps, 4 evaluation
+episodes per set, 2 seeds) to check the pipeline in minutes; its figures mean nothing.
+
+The last line is JSON {"bc_success", "rl_success" (overall), "seen_success", "heldout_paraphrase_success",
+"heldout_combination_success" (after PPO), "bc_<set>_success", "per_family" {stage: {family: success}} (seen),
+"prefix_cache_speedup" (batch 1), "env_steps", "wall_s", "seeds", "demo_success"}.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ from policyforge.bench.vla_latency import build, decision_ms
 from policyforge.cli import find_recipe
 from policyforge.config import load
 from policyforge.data.collect import collect
+from policyforge.data.dataset import Demonstrations
+from policyforge.data.show import episode_outcomes
 from policyforge.sims.tasks.instructions import FAMILIES
 
 SETS = ("train", "heldout_paraphrase", "heldout_combination")
@@ -196,26 +204,27 @@ def latency(calls: int, batches: tuple[int, ...]) -> dict[str, float]:
     return ms
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--episodes", type=int, default=200, help="demonstrations (every family)")
-    parser.add_argument("--noise", type=float, default=0.3, help="expert action noise")
-    parser.add_argument("--hesitation", type=float, default=0.1, help="expert hesitation probability")
-    parser.add_argument("--bc-steps", type=int, default=6000, help="BC gradient steps per seed")
-    parser.add_argument("--steps", type=int, default=51_200, help="PPO env steps per seed")
-    parser.add_argument("--eval-envs", type=int, default=32, help="evaluation episodes per instruction set")
-    parser.add_argument("--image-size", type=int, default=64, help="camera images (square, pixels)")
-    parser.add_argument("--jobs", type=int, default=1, help="seeds at once (one core each)")
-    parser.add_argument("--calls", type=int, default=20, help="timed decisions of the latency figure")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the pipeline, figures meaningless")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/vla"))
-    args = parser.parse_args()
-    args.episode_seconds = None
-    if args.smoke:
-        vars(args).update(SMOKE)
-    console = Console(width=200)
-    start = time.perf_counter()
+def sizes(args: argparse.Namespace) -> dict[str, Any]:
+    """What a seed's results depend on besides the seed: kept results are reused only where these match."""
+    keys = ("episodes", "bc_steps", "steps", "eval_envs", "image_size", "episode_seconds")
+    return {key: getattr(args, key) for key in keys} | {"dataset": str(args.dataset)}
+
+
+def kept(out: Path, seed: int, args: argparse.Namespace) -> dict[str, Any] | None:
+    """An earlier invocation's results for this seed (written once both its stages were evaluated) at these sizes."""
+    path = out / f"seed{seed}.json"
+    run = json.loads(path.read_text()) if path.is_file() else None
+    return run if run is not None and run.get("sizes") == sizes(args) else None
+
+
+def demonstrations(args: argparse.Namespace, console: Console) -> tuple[Path, float]:
+    """The dataset every seed learns from (`--dataset`, or `--episodes` collected now) and its success rate."""
+    if args.dataset is not None:
+        data = Demonstrations(args.dataset)
+        args.episodes = data.num_episodes
+        rate = sum(o.success is True for o in episode_outcomes(data)) / data.num_episodes
+        console.print(f"{data.num_episodes} demonstrations from {args.dataset} (success {rate:.0%})")
+        return args.dataset, rate
     dataset = args.out / "data"
     options: dict[str, Any] = {"instructions": "train"}
     if args.episode_seconds is not None:
@@ -226,13 +235,43 @@ def main() -> None:
         overwrite=True, progress=False,
     )  # fmt: skip
     console.print(f"collected {args.episodes} demonstrations (success {demos['success_rate']:.0%}) → {dataset}")
+    return dataset, demos["success_rate"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--episodes", type=int, default=400, help="demonstrations (every family)")
+    parser.add_argument("--noise", type=float, default=0.3, help="expert action noise")
+    parser.add_argument("--hesitation", type=float, default=0.1, help="expert hesitation probability")
+    parser.add_argument("--bc-steps", type=int, default=3000, help="BC gradient steps per seed")
+    parser.add_argument("--steps", type=int, default=102_400, help="PPO env steps per seed")
+    parser.add_argument("--eval-envs", type=int, default=32, help="evaluation episodes per instruction set")
+    parser.add_argument("--image-size", type=int, default=64, help="camera images (square, pixels)")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds at once (one core each)")
+    parser.add_argument("--calls", type=int, default=20, help="timed decisions of the latency figure")
+    parser.add_argument("--dataset", type=Path, help="demonstrations already collected (not collected again)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the pipeline, figures meaningless")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/vla"))
+    args = parser.parse_args()
+    args.episode_seconds = None
+    if args.smoke:
+        vars(args).update(SMOKE)
+    console = Console(width=200)
+    start = time.perf_counter()
+    dataset, demo_success = demonstrations(args, console)
     seeds = args.seeds
+    done = {seed: run for seed in seeds if (run := kept(args.out, seed, args)) is not None}
+    todo = [seed for seed in seeds if seed not in done]
+    if done:
+        console.print(f"seeds {sorted(done)}: results kept in {args.out}/seed<N>.json (delete one to rerun it)")
     pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) if args.jobs > 1 else None
-    columns = (seeds, [dataset] * len(seeds), [args] * len(seeds))
-    runs = []
-    for seed, run in zip(seeds, (pool.map if pool else map)(run_seed, *columns), strict=True):
-        runs.append(run)
-        (args.out / f"seed{seed}.json").write_text(json.dumps(run))  # kept should a later stage fail
+    columns = (todo, [dataset] * len(todo), [args] * len(todo))
+    for seed, run in zip(todo, (pool.map if pool else map)(run_seed, *columns), strict=True):
+        done[seed] = run | {"sizes": sizes(args)}
+        (args.out / f"seed{seed}.json").write_text(json.dumps(done[seed]))  # kept should a later seed fail
+    runs = [done[seed] for seed in seeds]
+    for seed, run in zip(seeds, runs, strict=True):
         console.print(f"seed {seed}: " + "; ".join(
             f"{stage.upper()} " + " ".join(f"{SET_LABELS[s]} {run[stage][s]['overall']:.0%}" for s in SETS)
             for stage in STAGES
@@ -248,7 +287,7 @@ def main() -> None:
                           f"each of K=10 steps {ms[f'no_prefix_cache_b{batch}']:.1f} ms")  # fmt: skip
     speedup = ms["no_prefix_cache_b1"] / ms["cached_b1"]
     console.print(f"total {time.perf_counter() - start:.0f} s")
-    print(json.dumps(summary_json(means, runs, speedup, demos["success_rate"], seeds)))
+    print(json.dumps(summary_json(means, runs, speedup, demo_success, seeds)))
 
 
 if __name__ == "__main__":

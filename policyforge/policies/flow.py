@@ -16,7 +16,8 @@ and is left out):
 With `stochastic_steps: one` (Flow-GRPO-Fast / πRL's single noisy step) each chain takes one uniformly drawn
 trainable step stochastically and follows the ODE elsewhere; its chain is then {"path": [B, K + 1, H, A],
 "step": [B]} and only that step is scored.
-`noise_scale` scales the injected noise (and a); at 0 the path is the deterministic ODE from x_0 = 0 (`act`).
+`noise_scale` scales the injected noise (and a) and x_0's std (`initial_noise`); at 0 the path is the deterministic
+ODE from x_0 = 0 (`act`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class FlowChainConfig(PolicyConfig):
     stochastic_steps: Literal["all", "one"] = "all"
     """Inject noise at every trainable step, or at `one` random step per chain (ODE elsewhere): one step's
     log-probability is a lower-variance policy-gradient signal and cheaper to rescore."""
+    initial_noise: float = 1.0
+    """Std of the chain's start x_0 ~ N(0, initial_noise²·I) when sampling (`act` starts at x_0 = 0). 1 samples
+    the learnt distribution, as noisy as the demonstrations it was cloned from; below 1 the RL chain explores
+    around the deterministic path (its chain noise) rather than across the demonstrators' spread. x_0's density
+    does not depend on θ, so log-probabilities are unchanged."""
     consistency_fraction: float = 0.25
     """Fraction of each batch trained on big steps (shortcut self-consistency, MeanFlow Δ > 0); the rest on
     instantaneous flow matching."""
@@ -82,6 +88,7 @@ class FlowChainConfig(PolicyConfig):
         check_sizes(self.noise_hidden, "noise_hidden", MAX_WIDTH)
         why = "Flow-GRPO uses 0.7; above 1 noise swamps the flow"
         check_in(self.sde_noise_level, "sde_noise_level", f"[{MIN_STD}, 1]", why)
+        check_in(self.initial_noise, "initial_noise", "[0, 1]", "1 is the flow's own N(0, I) prior")
         check(
             self.chain_noise != "sde" or self.steps >= 2,
             "steps",
@@ -199,7 +206,7 @@ class FlowPolicy(ChunkedPolicy):
         times = [k / self.steps for k in range(self.steps)]
         delta = 0.0 if self.config.variant == "rectified" else 1.0 / self.steps
         features = self.step_features(conditions, times, [delta] * self.steps)
-        x = self.initial_latent(conditions[0], noise_scale)
+        x = self.initial_latent(conditions[0], noise_scale * self.config.initial_noise)
         one_step = self.config.stochastic_steps == "one"
         chosen = torch.randint(self.frozen_steps, self.steps, x.shape[:1], device=x.device) if one_step else None
         chain, log_prob = [x], x[:, 0, 0] * 0

@@ -11,7 +11,7 @@ from diffusers import DDIMScheduler
 from torch import nn
 
 from policyforge.config import ConfigError
-from policyforge.policies.chunked import ChunkConfig
+from policyforge.policies.chunked import MIN_STD, ChunkConfig
 from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.diffusion import DiffusionConfig, DiffusionPolicy
 from policyforge.policies.export import export
@@ -106,6 +106,29 @@ def test_stochastic_flow_chains_keep_the_data_distribution(chain_noise):
         assert abs(float(samples.std()) - 0.2) < 0.015
     else:
         assert float(samples.std()) > 0.2
+
+
+def test_initial_noise_narrows_the_samples_around_the_deterministic_path_and_keeps_log_probs_exact():
+    """x_0 ~ N(0, s²·I): the flow of Gaussian data is affine in x (Euler steps too), so the samples' spread
+    shrinks by s (ReinFlow noise at its floor adds next to nothing); x_0's density is not in log_prob, so
+    rescoring still matches."""
+    chunk = ChunkConfig(horizon=1, act_steps=1)
+    spread = {}
+    for initial_noise in (1.0, 0.5):
+        torch.manual_seed(0)
+        config = FlowConfig(chunk=chunk, steps=20, noise_std_range=(MIN_STD, MIN_STD), initial_noise=initial_noise)
+        policy = FlowPolicy(OBS_DIM, ACTION_DIM, config)
+        policy.denoiser = _GaussianDataVelocity(mean=0.3, std=0.2)
+        obs = {"policy": torch.zeros(20_000, OBS_DIM)}
+        with torch.no_grad():
+            sample = policy.sample(obs)
+            rescored, _ = policy.log_prob(obs, sample.chain)
+        assert abs(float(sample.chain[:, 0].std()) - initial_noise) < 0.02
+        assert torch.allclose(rescored, sample.log_prob, atol=1e-3)
+        spread[initial_noise] = float(sample.chain[:, -1].std())
+    assert spread[0.5] / spread[1.0] == pytest.approx(0.5, abs=0.02)
+    with pytest.raises(ConfigError, match="initial_noise"):
+        FlowConfig(initial_noise=1.5)
 
 
 def test_sde_chain_needs_two_steps():
