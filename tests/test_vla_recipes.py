@@ -23,7 +23,8 @@ def test_the_vla_ppo_recipe_fine_tunes_the_bc_run_with_a_privileged_critic_and_a
     assert config.init_policy == "runs/vla-bc"
     assert config.sim.task_options["reward_type"] == "sparse"
     assert config.algo.critic_obs_key == "critic"
-    assert config.policy.freeze_backbone and config.policy.chain_noise == "sde"
+    assert config.policy.freeze_backbone and config.policy.chain_noise == "reinflow"
+    assert config.policy.initial_noise == 0.0  # the chain explores around act's path
     assert config.sim.num_envs > 1  # several instructions (and families) in one batch
 
 
@@ -36,7 +37,7 @@ def test_the_flow_twin_differs_from_the_vla_recipe_only_in_the_policy_class():
     assert (vla_policy.pop("class"), flow_policy.pop("class")) == ("vla", "flow")
     shared = set(vla_policy) & set(flow_policy)
     assert {key: vla_policy[key] for key in shared} == {key: flow_policy[key] for key in shared}
-    assert {"chain_noise", "sde_noise_level", "stochastic_steps", "chunk", "steps", "variant"} <= shared
+    assert {"chain_noise", "noise_std_range", "initial_noise", "stochastic_steps", "chunk", "steps", "variant"} <= shared
 
 
 def test_the_ppo_recipe_builds_the_architecture_the_bc_recipe_trains():
