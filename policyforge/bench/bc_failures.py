@@ -5,6 +5,11 @@ reward terms at the end of failed against successful episodes.
 One episode per env (the first), seeded as `policyforge eval` seeds them; `act` unless said otherwise.
 
     policyforge bench bc-failures RUN_DIR [--envs 100] [--seconds 6 9 12] [--noise 0.02 0.05 0.1 0.2]
+                                  [--initial-noise 1 0] [--reinflow-std LOW HIGH]
+
+A flow policy's sampler is also tried with its chain's start x_0 ~ N(0, s²·I) for each `--initial-noise` s (the
+`initial_noise` a fine-tuning config would set) and, with `--reinflow-std`, its ReinFlow noise bounded to [LOW, HIGH]
+(`noise_std_range`): which chain explores without losing what `act` does.
 
 Prints one table per question; the last line is JSON {"run", "success": {setting: rate}, "final_terms":
 {"failed": {term: mean}, "succeeded": {...}}}.
@@ -70,12 +75,37 @@ def episodes_of_length(config, policy: Policy, envs: int, seconds: float) -> dic
         env.close()
 
 
+def sampler_variants(
+    env: VecEnv, policy: Policy, seed: int, initial_noises: list[float], reinflow_std: list[float] | None
+) -> dict[str, float]:
+    """Success of a flow policy's sampler (`policy.act` already sampling) with x_0 ~ N(0, s²·I) for each s, its
+    ReinFlow noise bounded to `reinflow_std` if given: {row label: success}."""
+    if not (initial_noises or reinflow_std):
+        return {}
+    if not hasattr(policy.config, "initial_noise"):
+        raise SystemExit(f"--initial-noise / --reinflow-std: {type(policy).__name__} has no flow chain")
+    chain = ""
+    if reinflow_std is not None:
+        if policy.noise_net is None:
+            raise SystemExit("--reinflow-std: this run's chain is Flow-SDE, not ReinFlow")
+        policy.noise_net.low, policy.noise_net.high = reinflow_std
+        chain = f", ReinFlow std [{reinflow_std[0]:g}, {reinflow_std[1]:g}]"
+    success = {}
+    for initial_noise in initial_noises or [policy.config.initial_noise]:
+        policy.config = dataclasses.replace(policy.config, initial_noise=initial_noise)
+        label = f"sample, x_0 ~ N(0, {initial_noise:g}²){chain}"
+        success[label] = float(first_episodes(env, policy, seed)["success"].mean())
+    return success
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--envs", type=int, default=100)
     parser.add_argument("--seconds", nargs="+", type=float, default=[6.0, 9.0, 12.0], help="episode lengths")
     parser.add_argument("--noise", nargs="+", type=float, default=[0.02, 0.05, 0.1, 0.2], help="action noise stds")
+    parser.add_argument("--initial-noise", nargs="+", type=float, default=[], help="flow chains: x_0 stds to try")
+    parser.add_argument("--reinflow-std", nargs=2, type=float, help="flow chains: the ReinFlow noise's [low, high]")
     args = parser.parse_args()
     torch.set_num_threads(1)
     console = Console(width=160)
@@ -108,6 +138,9 @@ def main() -> None:
     policy.act = lambda obs: policy.sample(obs).action  # the RL sampler stands in for `act` from here on
     success["sample"] = float(first_episodes(env, policy, seed)["success"].mean())
     noisy.add_row("sample (the RL sampler)", f"{success['sample']:.0%}")
+    for label, rate in sampler_variants(env, policy, seed, args.initial_noise, args.reinflow_std).items():
+        success[label] = rate
+        noisy.add_row(label, f"{rate:.0%}")
     env.close()
     console.print(noisy)
 
