@@ -191,6 +191,13 @@ def print_table(console: Console, means: dict, runs: list[dict], args: argparse.
     console.print(f"wall time per seed: {walls}; PPO env steps {runs[0]['env_steps']:,}")
 
 
+def print_seed(console: Console, seed: int, run: dict[str, Any]) -> None:
+    console.print(f"seed {seed}: " + "; ".join(
+        f"{stage.upper()} " + " ".join(f"{SET_LABELS[s]} {run[stage][s]['overall']:.0%}" for s in SETS)
+        for stage in STAGES
+    ))  # fmt: skip
+
+
 def latency(calls: int, batches: tuple[int, ...]) -> dict[str, float]:
     """`vla-latency`'s decision times at `batches` (median ms, one thread): {"cached_b1": ..., ...}."""
     threads = torch.get_num_threads()
@@ -238,6 +245,26 @@ def demonstrations(args: argparse.Namespace, console: Console) -> tuple[Path, fl
     return dataset, demos["success_rate"]
 
 
+def seed_results(args: argparse.Namespace, dataset: Path, console: Console) -> list[dict[str, Any]]:
+    """Every seed's results (`run_seed`), in `args.seeds` order: kept ones read back, the others trained now."""
+    seeds = args.seeds
+    done = {seed: run for seed in seeds if (run := kept(args.out, seed, args)) is not None}
+    todo = [seed for seed in seeds if seed not in done]
+    if done:
+        console.print(f"seeds {sorted(done)}: results kept in {args.out}/seed<N>.json (delete one to rerun it)")
+    pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) if args.jobs > 1 else None
+    columns = (todo, [dataset] * len(todo), [args] * len(todo))
+    for seed, run in zip(todo, (pool.map if pool else map)(run_seed, *columns), strict=True):
+        done[seed] = run | {"sizes": sizes(args)}
+        (args.out / f"seed{seed}.json").write_text(json.dumps(done[seed]))  # kept should a later seed fail
+        print_seed(console, seed, run)
+    for seed in sorted(set(seeds) - set(todo)):
+        print_seed(console, seed, done[seed])
+    if pool:
+        pool.shutdown()
+    return [done[seed] for seed in seeds]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -261,23 +288,7 @@ def main() -> None:
     start = time.perf_counter()
     dataset, demo_success = demonstrations(args, console)
     seeds = args.seeds
-    done = {seed: run for seed in seeds if (run := kept(args.out, seed, args)) is not None}
-    todo = [seed for seed in seeds if seed not in done]
-    if done:
-        console.print(f"seeds {sorted(done)}: results kept in {args.out}/seed<N>.json (delete one to rerun it)")
-    pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) if args.jobs > 1 else None
-    columns = (todo, [dataset] * len(todo), [args] * len(todo))
-    for seed, run in zip(todo, (pool.map if pool else map)(run_seed, *columns), strict=True):
-        done[seed] = run | {"sizes": sizes(args)}
-        (args.out / f"seed{seed}.json").write_text(json.dumps(done[seed]))  # kept should a later seed fail
-    runs = [done[seed] for seed in seeds]
-    for seed, run in zip(seeds, runs, strict=True):
-        console.print(f"seed {seed}: " + "; ".join(
-            f"{stage.upper()} " + " ".join(f"{SET_LABELS[s]} {run[stage][s]['overall']:.0%}" for s in SETS)
-            for stage in STAGES
-        ))  # fmt: skip
-    if pool:
-        pool.shutdown()
+    runs = seed_results(args, dataset, console)
     means = mean_over_seeds(runs)
     print_table(console, means, runs, args)
     ms = latency(args.calls, (1,) if args.smoke else (1, 64))
