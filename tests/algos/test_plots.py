@@ -16,8 +16,8 @@ from policyforge.config import load, save
 RECIPES = sorted(path for path in Path("configs").glob("*.yaml") if path.name != "tour.yaml")
 EXPECTED = {  # the end of a recipe's file name → its method's name
     "vla-bc": "BC (vla)",
-    "vla-ppo": "Flow-SDE (VLA)",
-    "vla-ppo-flow": "Flow-SDE",
+    "vla-ppo": "ReinFlow (VLA)",
+    "vla-ppo-flow": "ReinFlow",
     "dppo": "DPPO",
     "reinflow": "ReinFlow",
     "flow-sde": "Flow-SDE",
