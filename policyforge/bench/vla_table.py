@@ -3,9 +3,10 @@ held-out instructions over seeds, and the VLA's decision time with and without t
 
 One dataset of scripted demonstrations (every family, the `train` instructions, imperfect on purpose: action noise
 and hesitation) is collected with the task and wrist cameras. For each seed, configs/vla-bc.yaml trains the VLA on
-it and configs/vla-ppo.yaml fine-tunes that run with PPO (Flow-SDE chain, sparse success reward, privileged critic,
-frozen backbone), both through the Runner as `policyforge train` runs them. After each stage the policy is evaluated
-on `--eval-envs` fresh episodes of each instruction set, as `policyforge eval RUN --instructions SET` does:
+it and configs/vla-ppo.yaml fine-tunes that run with PPO (ReinFlow chain from act's x_0, sparse success reward,
+privileged critic, frozen backbone), both through the Runner as `policyforge train` runs them. After each stage the
+policy is evaluated on `--eval-envs` fresh episodes of each instruction set, as `policyforge eval RUN --instructions
+SET` does:
 
     seen                  the training instructions (`train`)
     heldout_paraphrase    seen family/cube/target combinations in a wording never trained on
