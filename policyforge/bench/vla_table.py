@@ -55,7 +55,8 @@ from policyforge.cli import find_recipe
 from policyforge.config import load
 from policyforge.data.collect import collect
 from policyforge.data.dataset import Demonstrations
-from policyforge.data.show import episode_outcomes
+from policyforge.data.show import episode_outcomes, summarize
+from policyforge.io import write_json
 from policyforge.sims.tasks.instructions import FAMILIES
 
 SETS = ("train", "heldout_paraphrase", "heldout_combination")
@@ -230,7 +231,7 @@ def demonstrations(args: argparse.Namespace, console: Console) -> tuple[Path, fl
     if args.dataset is not None:
         data = Demonstrations(args.dataset)
         args.episodes = data.num_episodes
-        rate = sum(o.success is True for o in episode_outcomes(data)) / data.num_episodes
+        rate = summarize(data, episode_outcomes(data))["success_rate"] or 0.0
         console.print(f"{data.num_episodes} demonstrations from {args.dataset} (success {rate:.0%})")
         return args.dataset, rate
     dataset = args.out / "data"
@@ -257,7 +258,7 @@ def seed_results(args: argparse.Namespace, dataset: Path, console: Console) -> l
     columns = (todo, [dataset] * len(todo), [args] * len(todo))
     for seed, run in zip(todo, (pool.map if pool else map)(run_seed, *columns), strict=True):
         done[seed] = run | {"sizes": sizes(args)}
-        (args.out / f"seed{seed}.json").write_text(json.dumps(done[seed]))  # kept should a later seed fail
+        write_json(args.out / f"seed{seed}.json", done[seed])  # kept should a later seed fail
         print_seed(console, seed, run)
     for seed in sorted(set(seeds) - set(todo)):
         print_seed(console, seed, done[seed])
