@@ -156,6 +156,16 @@ ALGOS: dict[str, dict[str, Any]] = {
         "critic_hidden": [16],
     },
     "bc": {"class": "bc", "gradient_steps": 6, "steps_per_iteration": 3, "batch_size": 8, "warmup_steps": 2},
+    "distill": {
+        "class": "distill",
+        "rollout_steps": 4,
+        "epochs": 2,
+        "minibatches": 2,
+        "critic_hidden": [16],
+        "batch_size": 8,
+        "updates_per_iteration": 2,
+        "buffer_size": 100,
+    },
 }
 """Each algorithm's small section."""
 BASES: dict[str, dict[str, Any]] = {
@@ -192,6 +202,8 @@ BASES: dict[str, dict[str, Any]] = {
     "bc-gaussian": {"algo": ALGOS["bc"], "policy": POLICIES["gaussian"]},
     "bc-diffusion": {"algo": ALGOS["bc"], "policy": POLICIES["diffusion"]},
     "bc-flow": {"algo": ALGOS["bc"], "policy": {**POLICIES["flow"], "variant": "shortcut"}},
+    "distill-dagger": {"algo": {**ALGOS["distill"], "mode": "dagger"}, "policy": POLICIES["gaussian"]},
+    "distill-rpd": {"algo": {**ALGOS["distill"], "mode": "rpd"}, "policy": POLICIES["gaussian"]},
 }
 """Algorithm × policy-class combinations, each cheap: pendulum-swingup, 2 envs, 16-unit networks, a few steps."""
 COMMON: dict[str, Any] = {
@@ -233,6 +245,8 @@ def base_config(base: str, leaf: Leaf, resources: dict[str, str] | None = None) 
     resources = resources or {}
     if config["algo"]["class"] == "bc":
         config["algo"]["dataset"] = resources.get("dataset", "data/pendulum-swingup")
+    if config["algo"]["class"] == "distill":
+        config["algo"]["teacher"] = resources.get("teacher", "runs/teacher")
     if base == "ppo-residual":
         config["init_policy"] = resources.get("residual_base", "runs/base")
     return config
@@ -386,7 +400,8 @@ TRAINED_LEAVES = [leaf for leaf in LEAVES if leaf.root is RunConfig]
 
 @pytest.fixture(scope="module")
 def resources(tmp_path_factory) -> dict[str, str]:
-    """A pendulum dataset (demonstrated by a tiny PPO run) for BC, and a tiny diffusion run as a residual's base."""
+    """A pendulum dataset (demonstrated by a tiny PPO run, also the distillation runs' teacher) for BC, and a tiny
+    diffusion run as a residual's base."""
     from policyforge.data.collect import collect
 
     out = tmp_path_factory.mktemp("property-runs")
@@ -409,7 +424,9 @@ def resources(tmp_path_factory) -> dict[str, str]:
         progress=False,
         task_options={"episode_seconds": 0.5},
     )
-    paths.update({"dataset": str(out / "demos"), "residual_base": str(out / "residual-base")})
+    paths.update(
+        {"dataset": str(out / "demos"), "residual_base": str(out / "residual-base"), "teacher": str(out / "expert")}
+    )
     yield paths
     runner_module.plot_learning_curves = _PLOT
 

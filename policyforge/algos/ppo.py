@@ -9,7 +9,8 @@ observation.
 What distinguishes the fine-tuning methods is the policy's chain plus a few options here: `ratio: per_step` with
 `denoising_discount`, `clip_ratio_first` and `log_prob_clamp` is DPPO; a whole-chain ratio with `entropy_coef`
 is ReinFlow (and Flow-SDE, whose `advantage: grpo` is Flow-GRPO / πRL); `bc_coef` keeps any of them near the
-policy it started from. The ratio always covers only the executed actions of each chunk.
+policy it started from; a teacher (`algo: distill`, mode rpd) adds the student's `bc_loss` to a frozen teacher's
+actions, labelled at rollout time (RPD). The ratio always covers only the executed actions of each chunk.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,6 +28,7 @@ from policyforge.algos.base import Algorithm, StepCallback, select
 from policyforge.algos.gae import gae, group_relative_advantages
 from policyforge.algos.ppo_config import PPOConfig
 from policyforge.algos.registry import AlgorithmEntry, register_algorithm
+from policyforge.algos.teacher import TeacherLabels
 from policyforge.config import ConfigError, check, check_in
 from policyforge.policies.base import Chain, Obs, Policy
 from policyforge.policies.critics import ValueFunction
@@ -39,8 +42,20 @@ if TYPE_CHECKING:
 class PPO(Algorithm):
     """On-policy PPO for any `Policy`."""
 
-    def __init__(self, policy: Policy, critic_obs_dim: int, num_envs: int, config: PPOConfig, total_iterations: int):
+    def __init__(
+        self,
+        policy: Policy,
+        critic_obs_dim: int,
+        num_envs: int,
+        config: PPOConfig,
+        total_iterations: int,
+        teacher: TeacherLabels | None = None,
+        teacher_weight: Callable[[int], float] = lambda iteration: 0.0,
+    ):
         self.policy, self.config = policy, config
+        self.teacher, self.teacher_weight = teacher, teacher_weight
+        """RPD: a frozen teacher labelling every decision, and the weight of the student's `bc_loss` to its labels
+        at an iteration."""
         self.act_steps = policy.act_steps
         """Env steps per decision: the executed part of each action chunk."""
         self.history = policy.input_state(num_envs)
@@ -100,8 +115,11 @@ class PPO(Algorithm):
         final observation), and GAE then discounts decisions by γ^act_steps."""
         cfg, policy, critic = self.config, self.policy, self.critic
         stored: dict[str, list] = {"obs": [], "critic_obs": [], "chain": [], "value": [], "reward": [], "done": []}
+        teacher, labels = self.teacher, []
         for _ in range(cfg.rollout_steps):
             policy_obs = self.history.push(obs)
+            if teacher is not None:
+                labels.append(teacher.decide(obs))
             sample = policy.sample(policy_obs)
             critic_obs = select(obs, self.critic_keys)
             value = critic(critic_obs)
@@ -122,8 +140,11 @@ class PPO(Algorithm):
                 discount *= cfg.gamma
                 self.history.restart(ended)
                 obs = next_obs
-                if i < self.act_steps - 1:
+                inside = i < self.act_steps - 1  # the next step still belongs to this decision
+                if inside:
                     self.history.push(obs)
+                if teacher is not None:
+                    teacher.stepped(ended, obs if inside else None)
             items = (select(policy_obs, set(policy.obs_keys)), critic_obs, sample.chain, value, total, done)
             for key, item in zip(stored, items, strict=True):
                 stored[key].append(item)
@@ -134,6 +155,8 @@ class PPO(Algorithm):
             else:
                 batch[key] = {k: torch.stack([o[k] for o in stored[key]]) for k in stored[key][0]}
         batch["next_value"] = critic(select(obs, self.critic_keys))
+        if labels:
+            batch["teacher_action"] = torch.stack(labels)
         return batch, obs
 
     # -- update ------------------------------------------------------------------------------------------
@@ -160,6 +183,7 @@ class PPO(Algorithm):
         critic_obs = {k: flat(v) for k, v in batch["critic_obs"].items()}
         chain, old_value = _map(flat, batch["chain"]), flat(batch["value"])
         advantages, returns = flat(advantages), flat(returns)
+        teacher_action = flat(batch["teacher_action"]) if "teacher_action" in batch else None
         # fold this rollout into the normalisers first, then rescore it, so the first ratio is exactly 1
         if cfg.update_policy_normalizer is not False:  # null outside a runner: yes
             policy.update_normalizer(obs)
@@ -169,6 +193,7 @@ class PPO(Algorithm):
         if keep is not None:  # GRPO: only decisions whose episode finished in this rollout
             obs, critic_obs, chain = _rows(obs, keep), _rows(critic_obs, keep), _take(chain, keep)
             old_value, advantages, returns = old_value[keep], advantages[keep], returns[keep]
+            teacher_action = None if teacher_action is None else teacher_action[keep]
         # computed once, not once per epoch: what the frozen parts (a VLA's frozen backbone) make of the observations
         anchor_obs = self.anchor.precompute_frozen(obs) if self.anchor is not None else None
         obs = policy.precompute_frozen(obs)
@@ -176,7 +201,8 @@ class PPO(Algorithm):
         with torch.no_grad():
             old_log_prob = torch.cat([self._score(_rows(obs, i), _take(chain, i))[0] for i in _chunks(size, 8192)])
         minibatch = max(1, size // cfg.minibatches)
-        totals = dict.fromkeys(("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "bc_loss"), 0.0)
+        names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "bc_loss", "distill")
+        totals = dict.fromkeys(names, 0.0)
         updates, epochs_run = 0, 0
         for _ in range(cfg.epochs if size else 0):
             epochs_run += 1
@@ -193,6 +219,7 @@ class PPO(Algorithm):
                     returns[index],
                     old_value[index],
                     None if anchor_obs is None else _rows(anchor_obs, index),
+                    None if teacher_action is None else teacher_action[index],
                 )
                 for key in totals:
                     totals[key] += stats[key]
@@ -210,6 +237,10 @@ class PPO(Algorithm):
                 "loss/decisions": float(size),
             }
         )
+        if teacher_action is None:
+            del metrics["loss/distill"]
+        else:
+            metrics["loss/distill_weight"] = self.teacher_weight(self.iteration)
         return metrics
 
     def _score(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
@@ -225,7 +256,16 @@ class PPO(Algorithm):
         return elements.sum((1, 2, 3))[:, None], entropy
 
     def _minibatch(
-        self, obs: Obs, critic_obs: Obs, chain: Chain, old_log_prob, advantages, returns, old_value, anchor_obs
+        self,
+        obs: Obs,
+        critic_obs: Obs,
+        chain: Chain,
+        old_log_prob,
+        advantages,
+        returns,
+        old_value,
+        anchor_obs,
+        teacher_action,
     ) -> dict[str, float]:
         cfg = self.config
         log_prob, entropy = self._score(obs, chain)
@@ -251,6 +291,10 @@ class PPO(Algorithm):
                     anchor_action = self.anchor.act(anchor_obs)
                 bc_loss = self.policy.bc_loss(obs, anchor_action)
                 loss = loss + cfg.bc_coef * bc_loss
+        distill = torch.zeros(())
+        if teacher_action is not None:  # supervised, so from the first iteration on, critic warm-up or not
+            distill = self.policy.bc_loss(obs, teacher_action)
+            loss = loss + self.teacher_weight(self.iteration) * distill
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
@@ -266,6 +310,7 @@ class PPO(Algorithm):
             "approx_kl": float(approx_kl),
             "clip_fraction": float(clip_fraction),
             "bc_loss": float(bc_loss.detach()),
+            "distill": float(distill.detach()),
         }
 
     # -- checkpoints -------------------------------------------------------------------------------------
@@ -279,6 +324,7 @@ class PPO(Algorithm):
             "iteration": self.iteration,
             "history": self.history.state_dict(),
             "anchor": None if self.anchor is None else self.anchor.state_dict(),
+            "teacher": None if self.teacher is None else self.teacher.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -288,6 +334,8 @@ class PPO(Algorithm):
         self.reward_scaler.load_state_dict(state["reward_scaler"])
         self.iteration = state["iteration"]
         self.history.load_state_dict(state["history"])
+        if self.teacher is not None:
+            self.teacher.load_state_dict(state["teacher"])
         if state.get("anchor") is not None:
             self.anchor = copy.deepcopy(self.policy).eval().requires_grad_(False)
             self.anchor.load_state_dict(state["anchor"])

@@ -1,4 +1,4 @@
-"""A circular replay buffer of transitions on the learner's device."""
+"""Circular buffers of named tensors on the learner's device: SAC's transitions, DAgger's labelled observations."""
 
 from __future__ import annotations
 
@@ -7,46 +7,33 @@ import torch
 from policyforge.policies.base import Obs
 
 
-class ReplayBuffer:
-    """Transitions (obs, action [A], reward, next_obs, terminated) in preallocated tensors of `capacity` rows.
+class CircularBuffer:
+    """Rows of named tensors in preallocated storage of `capacity` rows; the oldest rows are overwritten first.
 
-    `next_obs` of a finished episode is its true final observation; only `terminated` cuts bootstrapping."""
+    Each field keeps the dtype and per-row shape of the first batch added (images stay uint8), unless `fields`
+    allocates it up front: {name: (per-row shape, dtype)}."""
 
-    def __init__(self, capacity: int, obs_shapes: dict[str, tuple[int, ...]], action_dim: int):
+    def __init__(self, capacity: int, fields: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None):
         self.capacity, self.size, self.cursor = capacity, 0, 0
-        self.data = {
-            **{f"obs/{k}": torch.zeros(capacity, *s) for k, s in obs_shapes.items()},
-            **{f"next_obs/{k}": torch.zeros(capacity, *s) for k, s in obs_shapes.items()},
-            "action": torch.zeros(capacity, action_dim),
-            "reward": torch.zeros(capacity),
-            "terminated": torch.zeros(capacity, dtype=torch.bool),
+        self.data: dict[str, torch.Tensor] = {
+            name: torch.zeros(capacity, *shape, dtype=dtype) for name, (shape, dtype) in (fields or {}).items()
         }
 
-    def add(
-        self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, next_obs: Obs, terminated: torch.Tensor
-    ) -> None:
-        """Append a batch of n transitions (rows [n, ...])."""
-        n = len(reward)
+    def add(self, rows: dict[str, torch.Tensor]) -> None:
+        """Append n rows: every field [n, ...] (the same fields every time)."""
+        n = len(next(iter(rows.values())))
+        if not self.data:
+            self.data = {k: torch.zeros(self.capacity, *v.shape[1:], dtype=v.dtype) for k, v in rows.items()}
         index = (self.cursor + torch.arange(n)) % self.capacity
-        items = {"action": action, "reward": reward, "terminated": terminated}
-        items.update({f"obs/{k}": obs[k] for k in self._keys("obs")})
-        items.update({f"next_obs/{k}": next_obs[k] for k in self._keys("next_obs")})
-        for name, value in items.items():
+        for name, value in rows.items():
             self.data[name][index] = value.to(self.data[name].dtype)
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
-    def sample(self, batch_size: int) -> dict[str, object]:
-        """A uniform batch: {"obs": Obs, "action", "reward", "next_obs": Obs, "terminated"}."""
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """A uniform batch of rows (with replacement): {field: [batch_size, ...]}."""
         index = torch.randint(0, self.size, (batch_size,))
-        return {
-            "obs": {k: self.data[f"obs/{k}"][index] for k in self._keys("obs")},
-            "next_obs": {k: self.data[f"next_obs/{k}"][index] for k in self._keys("next_obs")},
-            **{name: self.data[name][index] for name in ("action", "reward", "terminated")},
-        }
-
-    def _keys(self, prefix: str) -> list[str]:
-        return [name.split("/", 1)[1] for name in self.data if name.startswith(prefix + "/")]
+        return {name: values[index] for name, values in self.data.items()}
 
     def state_dict(self) -> dict:
         return {
@@ -58,4 +45,40 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict) -> None:
         self.size, self.cursor = state["size"], state["cursor"]
         for name, values in state["data"].items():
+            if name not in self.data:
+                self.data[name] = torch.zeros(self.capacity, *values.shape[1:], dtype=values.dtype)
             self.data[name][: self.size] = values
+
+
+class ReplayBuffer(CircularBuffer):
+    """Transitions (obs, action [A], reward, next_obs, terminated) of `capacity` rows, allocated up front.
+
+    `next_obs` of a finished episode is its true final observation; only `terminated` cuts bootstrapping."""
+
+    def __init__(self, capacity: int, obs_shapes: dict[str, tuple[int, ...]], action_dim: int):
+        fields = {f"{part}/{k}": (s, torch.float32) for part in ("obs", "next_obs") for k, s in obs_shapes.items()}
+        fields.update(
+            {"action": ((action_dim,), torch.float32), "reward": ((), torch.float32), "terminated": ((), torch.bool)}
+        )
+        super().__init__(capacity, fields)
+
+    def add(  # type: ignore[override]
+        self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, next_obs: Obs, terminated: torch.Tensor
+    ) -> None:
+        """Append a batch of n transitions (rows [n, ...])."""
+        rows = {"action": action, "reward": reward, "terminated": terminated}
+        rows.update({f"obs/{k}": obs[k] for k in self._keys("obs")})
+        rows.update({f"next_obs/{k}": next_obs[k] for k in self._keys("next_obs")})
+        super().add(rows)
+
+    def sample(self, batch_size: int) -> dict[str, object]:  # type: ignore[override]
+        """A uniform batch: {"obs": Obs, "action", "reward", "next_obs": Obs, "terminated"}."""
+        rows = super().sample(batch_size)
+        return {
+            "obs": {k: rows[f"obs/{k}"] for k in self._keys("obs")},
+            "next_obs": {k: rows[f"next_obs/{k}"] for k in self._keys("next_obs")},
+            **{name: rows[name] for name in ("action", "reward", "terminated")},
+        }
+
+    def _keys(self, prefix: str) -> list[str]:
+        return [name.split("/", 1)[1] for name in self.data if name.startswith(prefix + "/")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -40,6 +41,9 @@ class GaussianConfig(PolicyConfig):
     """tanh-squash actions (SAC); otherwise clip them to [-1, 1] (PPO)."""
     normalize_obs: bool = True
     """Normalise observations with running statistics inside the policy."""
+    obs_key: Literal["policy", "critic"] = "policy"
+    """The observation it reads: `policy` (what a robot sees), or `critic` (the privileged state: a teacher that a
+    deployable student learns from, `algo: distill`)."""
 
     def __post_init__(self) -> None:
         check_sizes(self.hidden, "hidden", MAX_WIDTH)
@@ -51,7 +55,7 @@ class GaussianConfig(PolicyConfig):
         if IMAGE_KEY in env.obs_shapes:
             why = "the Gaussian policy reads states only: use a diffusion or flow policy"
             raise ConfigError("sim.image.cameras", why)
-        return GaussianPolicy(env.state_dim, env.action_dim, self)
+        return GaussianPolicy(env.obs_shapes[self.obs_key][0], env.action_dim, self, self.obs_key)
 
 
 class GaussianPolicy(Policy):
