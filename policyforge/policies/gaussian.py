@@ -20,6 +20,8 @@ from policyforge.policies.networks import MAX_WIDTH, Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+MAX_HISTORY = 100
+"""Most observations of history (2 s at 50 Hz; legged students use 5-50)."""
 
 
 @register_policy("gaussian")
@@ -44,12 +46,16 @@ class GaussianConfig(PolicyConfig):
     obs_key: Literal["policy", "critic"] = "policy"
     """The observation it reads: `policy` (what a robot sees), or `critic` (the privileged state: a teacher that a
     deployable student learns from, `algo: distill`)."""
+    history: int = 0
+    """Read the last this many observations, oldest first (a proprioceptive-history student, e.g. a walking
+    policy that infers its velocity); 0: the current one alone."""
 
     def __post_init__(self) -> None:
         check_sizes(self.hidden, "hidden", MAX_WIDTH)
         check_in(self.init_std, "init_std", "(0, inf)")
         why = "std e^-20 … e^20 is beyond any use; float32 overflows at e^88"
         check_bounds(self.log_std_bounds, "log_std_bounds", "[-20, 20]", why, strict=True)
+        check_in(self.history, "history", f"[0, {MAX_HISTORY}]", "observations of history")
 
     def build(self, env: EnvSpec) -> GaussianPolicy:
         if IMAGE_KEY in env.obs_shapes:
@@ -64,9 +70,10 @@ class GaussianPolicy(Policy):
     def __init__(self, obs_dim: int, action_dim: int, config: GaussianConfig, obs_key: str = "policy"):
         super().__init__()
         self.config, self.obs_key, self.action_dim = config, obs_key, action_dim
+        self.n_obs_steps = config.history
         self.normalizer = RunningNormalizer(obs_dim, enabled=config.normalize_obs)
         out = 2 * action_dim if config.state_dependent_std else action_dim
-        self.net = mlp(obs_dim, config.hidden, out, config.activation, out_gain=0.01)
+        self.net = mlp(obs_dim * max(1, config.history), config.hidden, out, config.activation, out_gain=0.01)
         init_log_std = math.log(config.init_std)
         if config.state_dependent_std:
             nn.init.constant_(self.net[-1].bias[action_dim:], init_log_std)
@@ -74,8 +81,9 @@ class GaussianPolicy(Policy):
             self.log_std = nn.Parameter(torch.full((action_dim,), init_log_std))
 
     def distribution(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and standard deviation of the pre-squash Gaussian, [B, 1, A] each."""
-        out = self.net(self.normalizer(obs[self.obs_key]))
+        """Mean and standard deviation of the pre-squash Gaussian, [B, 1, A] each, from obs[obs_key] [B, D] (or
+        its history [B, T_o, D])."""
+        out = self.net(self.normalizer(obs[self.obs_key]).flatten(1))
         if self.config.state_dependent_std:
             mean, log_std = out.chunk(2, dim=-1)
         else:
@@ -101,7 +109,8 @@ class GaussianPolicy(Policy):
         return -self._log_density(chain, mean, std).sum((-2, -1)).mean()
 
     def example_obs(self, batch: int) -> Obs:
-        return {self.obs_key: torch.zeros(batch, self.normalizer.mean.shape[0])}
+        history = (self.n_obs_steps,) if self.n_obs_steps else ()
+        return {self.obs_key: torch.zeros(batch, *history, self.normalizer.mean.shape[0])}
 
     def update_normalizer(self, obs: Obs) -> None:
         self.normalizer.update(obs[self.obs_key])

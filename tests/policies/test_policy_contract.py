@@ -60,6 +60,7 @@ INSTRUCTIONS = ("lift the red cube", "push the blue cube to the left zone", "put
 POLICIES = {
     "gaussian": lambda: gaussian(),
     "gaussian_tanh": lambda: gaussian(squash=True, state_dependent_std=True, init_std=0.5),
+    "gaussian_history": lambda: gaussian(history=3),  # a proprioceptive-history student
     "diffusion_mlp": lambda: diffusion(),
     "diffusion_unet": lambda: diffusion(
         denoiser=DenoiserConfig(kind="unet", unet_channels=[16, 32], time_dim=16), inference_steps=3
