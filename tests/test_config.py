@@ -211,3 +211,12 @@ def test_an_unknown_video_camera_is_refused_before_training(tmp_path):
     with pytest.raises(ConfigError, match=r"^runner.video_camera: unknown camera 'no-such-camera'; pendulum-swingup"):
         Runner.start(from_dict(RunConfig, settings), Console(quiet=True))
     assert not list((tmp_path / "tiny").glob("checkpoints/*.pt"))
+
+
+def test_cameras_for_a_policy_that_reads_states_only_are_refused_unless_a_teacher_reads_them():
+    sim = {"task": "arm-instructed", "image": {"cameras": ["task"], "width": 16, "height": 16}}
+    with pytest.raises(ConfigError, match=r"sim.image.cameras: the gaussian policy reads states only"):
+        from_dict(RunConfig, {"sim": sim, "policy": {"class": "gaussian"}})
+    config = {"sim": sim, "policy": {"class": "gaussian", "obs_key": "critic"}}
+    distill = from_dict(RunConfig, {**config, "algo": {"class": "distill", "teacher": "runs/vla-ppo"}})
+    assert distill.algo.runs_a_teacher and not distill.policy.reads_images

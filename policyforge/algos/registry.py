@@ -48,6 +48,9 @@ class AlgoConfig(Tagged, abc.ABC):
 
     registry: ClassVar[dict[str, type[Tagged]]] = {}
     plugin_group: ClassVar[str] = "policyforge.algorithms"
+    runs_a_teacher: ClassVar[bool] = False
+    """The algorithm runs another policy on the env's observations (distillation's teacher), which may read what
+    the trained policy does not (images)."""
     entry: ClassVar[AlgorithmEntry]
     """How the algorithm builds itself (set by `register_algorithm`)."""
 

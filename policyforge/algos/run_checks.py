@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 def check_sections(config: RunConfig) -> None:
     """Raise `ConfigError` naming a field whose value the other sections rule out."""
     config.algo.entry.check(config)
+    if config.sim.image.cameras and not config.policy.reads_images and not config.algo.runs_a_teacher:
+        why = f"the {config.policy.tag} policy reads states only: use a diffusion, flow or VLA policy, or no cameras"
+        check(False, "sim.image.cameras", why)
     if config.policy.pretrained_part:
         check(
             bool(config.init_policy),

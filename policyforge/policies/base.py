@@ -198,6 +198,8 @@ class PolicyConfig(Tagged, abc.ABC):
     pretrained_part: ClassVar[str] = ""
     """A frozen part whose weights `init_policy` must give ("base" for a residual), beside a new trainable part;
     "" when init_policy, if given, holds the whole policy."""
+    reads_images: ClassVar[bool] = True
+    """Whether the class reads camera images when the env renders them (the Gaussian policy reads states only)."""
     steps_field: ClassVar[str] = ""
     """The field counting the chain's stochastic steps (PPO's trainable_steps counts these); "" for one step."""
 

@@ -13,9 +13,9 @@ from typing import Literal
 import torch
 from torch import nn
 
-from policyforge.config import ConfigError, check_bounds, check_in, check_sizes
+from policyforge.config import check_bounds, check_in, check_sizes
 from policyforge.policies.base import EnvSpec, Obs, Policy, PolicyConfig, Sample, register_policy
-from policyforge.policies.chunked import IMAGE_KEY, gaussian_log_density
+from policyforge.policies.chunked import gaussian_log_density
 from policyforge.policies.networks import MAX_WIDTH, Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
@@ -57,10 +57,9 @@ class GaussianConfig(PolicyConfig):
         check_bounds(self.log_std_bounds, "log_std_bounds", "[-20, 20]", why, strict=True)
         check_in(self.history, "history", f"[0, {MAX_HISTORY}]", "observations of history")
 
+    reads_images = False
+
     def build(self, env: EnvSpec) -> GaussianPolicy:
-        if IMAGE_KEY in env.obs_shapes:
-            why = "the Gaussian policy reads states only: use a diffusion or flow policy"
-            raise ConfigError("sim.image.cameras", why)
         return GaussianPolicy(env.obs_shapes[self.obs_key][0], env.action_dim, self, self.obs_key)
 
 
