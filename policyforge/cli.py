@@ -34,6 +34,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from policyforge.algos import distill_command
 from policyforge.algos.interrupt import INTERRUPT_EXIT
 from policyforge.config import ConfigError, commented, load
 from policyforge.errors import DISK_FULL, UserError
@@ -357,6 +358,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     collecting.set_defaults(run=_collect)
     deploy_cli.add_parser(commands)
+    distill_command.add_parser(commands)
     playing = commands.add_parser("play", help="watch a run's policy: the MuJoCo viewer with a display, else a video")
     playing.add_argument("run_dir")
     playing.add_argument(

@@ -213,11 +213,11 @@ def load(cls: type[T], yaml_path: str | Path | None = None, overrides: Sequence[
     """Load `cls` from an optional YAML file plus `key=value` overrides."""
     data: dict[str, Any] = {}
     if yaml_path is not None:
-        data = _read_yaml(Path(yaml_path))
+        data = read_yaml(Path(yaml_path))
     return from_dict(cls, apply_overrides(data, overrides))
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     """The mapping a YAML config file holds; `ConfigError` naming the file (and line) if it holds anything else."""
     try:
         text = path.read_bytes().decode("utf-8")

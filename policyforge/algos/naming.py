@@ -1,6 +1,6 @@
 """What a run is called where people read it (plot titles, progress, evaluation output): the method's name as
-papers use it (DPPO, ReinFlow, Flow-SDE, residual PPO, BC, PPO, SAC), derived from the run config's algorithm and
-policy settings. The one place that names methods."""
+papers use it (DPPO, ReinFlow, Flow-SDE, residual PPO, BC, PPO, SAC, RPD, DAgger), derived from the run config's
+algorithm and policy settings. The one place that names methods."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ PPO_ON = {"diffusion": "DPPO", "gaussian": "PPO"}
 """PPO's name by the policy class it trains (flow and residual policies are named by their settings)."""
 FLOW_CHAIN_NOISE = {"reinflow": "ReinFlow", "sde": "Flow-SDE"}
 """PPO on a flow policy, by how its chain is made stochastic (`policy.chain_noise`)."""
+DISTILL_MODES = {"rpd": "RPD", "dagger": "DAgger", "bc": "BC from a teacher"}
+"""Distillation (`algo: distill`) by its mode."""
 
 
 def policy_name(section: dict[str, Any]) -> str:
@@ -28,6 +30,8 @@ def method_name(config: Any) -> str:
     tag = policy[TAG_KEY]
     if algo == "bc":
         return f"BC ({policy_name(policy)})"
+    if algo == "distill":
+        return f"{DISTILL_MODES[config.algo.mode]} ({policy_name(policy)} student)"
     if algo == "ppo":
         if tag in PPO_ON:
             return PPO_ON[tag]

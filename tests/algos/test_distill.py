@@ -134,3 +134,20 @@ def test_a_student_chunk_longer_than_the_teachers_is_refused_naming_both(teacher
     with pytest.raises(ConfigError, match=r"policy.chunk.*student plans 4 actions.*teacher only 1"):
         TeacherLabels(teacher, student, 2)
     env.close()
+
+
+def test_the_distill_command_trains_a_student_and_compares_it_with_its_teacher(tmp_path, teachers, capsys):
+    from policyforge.cli import main
+
+    teacher = teachers["critic"]
+    options = ["--mode", "dagger", "--recipe", "configs/arm-reach-ppo.yaml"]
+    settings = ["algo.class=distill", "policy.hidden=[32,32]", "runner.total_env_steps=20000", "runner.eval_envs=8"]
+    run = [*settings, f"out_dir={tmp_path}", "name=student", "runner.tensorboard=false"]
+    assert main(["distill", str(teacher), *run, *options]) == 0
+    out = capsys.readouterr().out
+    assert "teacher and student on the same episodes" in out and "faster than its teacher" in out
+    compared = json.loads((tmp_path / "student" / "compare.json").read_text())
+    assert compared["student"]["eval/success"] >= compared["teacher"]["eval/success"] - 0.15
+    assert all(Path(compared[role]["video"]).stat().st_size > 1000 for role in ("teacher", "student"))
+    assert main(["distill", str(teacher), "algo.class=distill", *options, "--task", "touch"]) == 2
+    assert "--task: the teacher's task arm-reach has no instruction families" in capsys.readouterr().out
