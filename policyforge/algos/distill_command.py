@@ -1,7 +1,7 @@
 """`policyforge distill TEACHER_RUN [key=value ...] [--task FAMILY] [--mode rpd|dagger|bc]`: a compact expert from
-a trained run (a multi-task VLA, a privileged PPO run), trained with `algo: distill` on the teacher's own simulation settings
-(cameras, image size, instruction set; `--task` keeps one instruction family), then evaluated side by side with its
-teacher on the same episodes, a video of each and both policies' batch-1 decision latency.
+a trained run (a multi-task VLA, a privileged PPO run), trained with `algo: distill` on the teacher's own simulation
+settings (cameras, image size, instruction set; `--task` keeps one instruction family), then evaluated side by side
+with its teacher on the same episodes, a video of each and both policies' batch-1 decision latency.
 
 The student and the algorithm's settings come from a recipe (default `vla-distill`: configs/vla-distill.yaml);
 `key=value` overrides apply last. The student's run directory gets `compare.json` and `videos/{teacher,student}.mp4`.
