@@ -1,0 +1,208 @@
+"""Distilling a VLA into compact experts: per instruction family, the VLA teacher's success (after BC and after its
+own PPO), students by BC from the teacher's rollouts, DAgger and RPD, and PPO alone from scratch on the same
+env steps; env steps to reach the teacher's success, wall time, and batch-1 decision latency; plus a locomotion row
+(a privileged PPO teacher on quadruped-walk → a proprioceptive-history student by DAgger, tracking error).
+
+    policyforge bench distill-table --teacher runs/vla-ppo [--teacher-bc runs/vla-bc] [--families touch lift push]
+        [--seeds 0 1 2] [--steps 204800] [--walk-teacher RUN] [--walk-steps 2000000] [--out bench/results/distill]
+
+Students come from `configs/vla-distill.yaml` (`policyforge distill`'s recipe) on the teacher's simulation settings.
+Each run's result is kept in OUT/results/<name>.json and reused by a later invocation with the same sizes, so a long
+table can be split across sessions. The last line is one JSON object: {"tasks": {family: {"teacher", "rpd",
+"dagger", "bc", "ppo_only", "rpd_steps_to_teacher", "ppo_only_steps_to_teacher"}}, "latency_ratio",
+"locomotion_student_over_teacher_error"} (success rates are means over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from policyforge import config as config_io
+from policyforge.algos.distill_command import decision_ms, distill_config
+from policyforge.algos.evaluate import evaluate
+from policyforge.algos.logger import read_metrics
+from policyforge.algos.ppo_config import PPOConfig
+from policyforge.algos.runner import EVAL_SEED_OFFSET, RunConfig, Runner, load_run
+from policyforge.cli import find_recipe
+from policyforge.io import write_json
+
+STUDENTS = ("bc", "dagger", "rpd", "ppo_only")
+"""The methods compared per family: distillation modes, and PPO alone on the student."""
+
+
+def student_config(args: argparse.Namespace, family: str, method: str, seed: int) -> RunConfig:
+    """A student run of `method` on `family`: the distill recipe on the teacher's settings; `ppo_only` keeps only
+    PPO's settings (the same student, reward and env steps, no teacher)."""
+    overrides = [f"seed={seed}", f"runner.total_env_steps={args.steps}", f"runner.eval_every_steps={args.eval_every}"]
+    overrides += [f"out_dir={args.out / 'runs'}", f"name={family}-{method}-s{seed}", "runner.video=none"]
+    mode = "rpd" if method == "ppo_only" else method
+    config = distill_config(args.teacher, family, mode, find_recipe("vla-distill"), overrides)
+    if method != "ppo_only":
+        return config
+    data = config_io.to_dict(config)
+    ppo_fields = {field.name for field in dataclasses.fields(PPOConfig)}
+    data["algo"] = {k: v for k, v in data["algo"].items() if k in ppo_fields or k == config_io.TAG_KEY}
+    data["algo"][config_io.TAG_KEY] = "ppo"
+    data["sim"]["image"] = {"cameras": []}  # no teacher: nothing reads images
+    return config_io.from_dict(RunConfig, data)
+
+
+def steps_to(run_dir: Path, success: float) -> int | None:
+    """The first evaluation's env steps at which the run's success reached `success`; None if it never did."""
+    for record in read_metrics(run_dir):
+        if record.get("eval/success", -1.0) >= success and success > 0:
+            return int(record["env_steps"])
+    return None
+
+
+def train_student(config: RunConfig, teacher_success: float) -> dict[str, Any]:
+    runner = Runner.start(config, Console(quiet=True))
+    started = time.perf_counter()
+    summary = runner.train()
+    runner.close()
+    return {
+        "success": summary["eval/success"],
+        "steps_to_teacher": steps_to(runner.run_dir, teacher_success),
+        "wall_s": time.perf_counter() - started,
+        "env_steps": summary["env_steps"],
+    }
+
+
+def evaluate_teacher(run: Path, family: str | None, seed: int, envs: int) -> dict[str, Any]:
+    """A teacher's success on `family` (every family: None) over `envs` first episodes, and its batch-1 latency."""
+    options = {"families": [family]} if family else None
+    _, policy, env = load_run(run, "best", envs, task_options=options)
+    metrics = evaluate(policy, env, seed + EVAL_SEED_OFFSET)
+    metrics["decision_ms"] = decision_ms(policy, env.reset(seed=seed))
+    env.close()
+    return metrics
+
+
+def cached(args: argparse.Namespace, name: str, compute, *inputs) -> dict[str, Any]:
+    """`compute(*inputs)`, or an earlier invocation's result at the same sizes (OUT/results/<name>.json)."""
+    path, sizes = args.out / "results" / f"{name}.json", {"steps": args.steps, "eval_every": args.eval_every}
+    if path.is_file():
+        kept = json.loads(path.read_text())
+        if kept.get("sizes") == sizes:
+            return kept
+    result = {**compute(*inputs), "sizes": sizes}
+    write_json(path, result)
+    return result
+
+
+def family_rows(args: argparse.Namespace, family: str, console: Console) -> dict[str, list[dict[str, Any]]]:
+    """Every method's result per seed on one family."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for seed in args.seeds:
+        teacher = cached(args, f"{family}-teacher-s{seed}", evaluate_teacher, args.teacher, family, seed, 32)
+        rows.setdefault("teacher", []).append(teacher)
+        if args.teacher_bc is not None:
+            name = f"{family}-teacher_bc-s{seed}"
+            rows.setdefault("teacher_bc", []).append(
+                cached(args, name, evaluate_teacher, args.teacher_bc, family, seed, 32)
+            )
+        for method in STUDENTS:
+            config = student_config(args, family, method, seed)
+            name = f"{family}-{method}-s{seed}"
+            result = cached(args, name, train_student, config, teacher["eval/success"])
+            rows.setdefault(method, []).append(result)
+            console.print(f"{family} seed {seed} {method}: success {result['success']:.0%} ({result['wall_s']:.0f} s)")
+    return rows
+
+
+def walk_row(args: argparse.Namespace) -> dict[str, Any]:
+    """The privileged walking teacher's tracking error and a proprio-history DAgger student's."""
+    teacher = evaluate_teacher(args.walk_teacher, None, 0, 16)
+    overrides = [f"runner.total_env_steps={args.walk_steps}", f"out_dir={args.out / 'runs'}", "name=walk-dagger"]
+    overrides += [
+        "policy.obs_key=policy",
+        "policy.history=5",
+        "algo.class=distill",
+        f"algo.teacher={args.walk_teacher}",
+    ]
+    overrides += ["algo.mode=dagger", "runner.video=none", "algo.updates_per_iteration=100", "algo.batch_size=4096"]
+    config = config_io.load(RunConfig, find_recipe("quadruped-walk-ppo"), overrides)
+    runner = Runner.start(config, Console(quiet=True))
+    summary = runner.train()
+    runner.close()
+    error = summary["eval/terms/lin_vel_error"], teacher["eval/terms/lin_vel_error"]
+    return {"student_error": error[0], "teacher_error": error[1], "ratio": error[0] / error[1]}
+
+
+def mean(results: list[dict[str, Any]], key: str) -> float:
+    return statistics.fmean(r[key] for r in results)
+
+
+def print_table(console: Console, table_rows: dict[str, dict[str, list[dict[str, Any]]]]) -> None:
+    table = Table(title="distilling the VLA: success per family (mean over seeds), env steps to the teacher's success")
+    for column in ("family", "teacher (PPO)", "teacher (BC)", *STUDENTS, "RPD steps", "PPO-only steps", "wall (RPD)"):
+        table.add_column(column)
+    for family, rows in table_rows.items():
+        success = {m: f"{mean(rows[m], 'success'):.0%}" for m in STUDENTS}
+        reached = {m: [r["steps_to_teacher"] for r in rows[m]] for m in ("rpd", "ppo_only")}
+        bc_teacher = f"{mean(rows['teacher_bc'], 'eval/success'):.0%}" if "teacher_bc" in rows else "-"
+        table.add_row(
+            family, f"{mean(rows['teacher'], 'eval/success'):.0%}", bc_teacher, *success.values(),
+            *(", ".join("-" if s is None else f"{s:,}" for s in reached[m]) for m in reached),
+            f"{mean(rows['rpd'], 'wall_s') / 60:.0f} min",
+        )  # fmt: skip
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--teacher", type=Path, required=True, help="the VLA run (after its PPO)")
+    parser.add_argument("--teacher-bc", type=Path, default=None, help="the VLA's BC run, evaluated beside it")
+    parser.add_argument("--families", nargs="+", default=["touch", "lift", "push"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=204_800, help="env steps of every student run")
+    parser.add_argument("--eval-every", type=int, default=25_600)
+    parser.add_argument("--walk-teacher", type=Path, default=None, help="a privileged PPO run on quadruped-walk")
+    parser.add_argument("--walk-steps", type=int, default=2_000_000)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/distill"))
+    args = parser.parse_args()
+    console = Console(width=170)
+    table_rows = {family: family_rows(args, family, console) for family in args.families}
+    print_table(console, table_rows)
+    students = [decision_ms_of(args.out / "runs" / f"{args.families[0]}-rpd-s{args.seeds[0]}")]
+    teacher_ms = table_rows[args.families[0]]["teacher"][0]["decision_ms"]
+    walk = walk_row(args) if args.walk_teacher is not None else None
+    if walk is not None:
+        console.print(f"quadruped-walk: teacher {walk['teacher_error']:.3f} m/s, student {walk['student_error']:.3f}")
+    console.print(f"batch-1 decision: student {students[0]:.3f} ms, teacher {teacher_ms:.1f} ms")
+    tasks = {}
+    for family, rows in table_rows.items():
+        tasks[family] = {"teacher": round(mean(rows["teacher"], "eval/success"), 4)}
+        tasks[family].update({m: round(mean(rows[m], "success"), 4) for m in STUDENTS})
+        for method in ("rpd", "ppo_only"):
+            reached = [r["steps_to_teacher"] for r in rows[method]]
+            tasks[family][f"{method}_steps_to_teacher"] = None if None in reached else statistics.fmean(reached)
+    summary = {
+        "tasks": tasks,
+        "latency_ratio": round(students[0] / teacher_ms, 5),
+        "locomotion_student_over_teacher_error": None if walk is None else round(walk["ratio"], 3),
+        "seeds": args.seeds,
+        "steps": args.steps,
+    }
+    print(json.dumps(summary))
+
+
+def decision_ms_of(run_dir: Path) -> float:
+    """A trained student's batch-1 decision time, ms, on an observation of its own task."""
+    _, policy, env = load_run(run_dir, "best", 1)
+    result = decision_ms(policy, env.reset(seed=0))
+    env.close()
+    return result
+
+
+if __name__ == "__main__":
+    main()
