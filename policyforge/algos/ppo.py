@@ -80,15 +80,15 @@ class PPO(Algorithm):
         )
         self.anchor: Policy | None = None
         """Frozen copy of the policy as it was at the first update (bc_coef > 0)."""
-        self._sim_seconds = 0.0
-        """Time spent in env.step during the current rollout."""
+        self._sim_seconds = self._teacher_seconds = 0.0
+        """Time spent in env.step, and in the teacher's decisions, during the current rollout."""
 
     def steps_per_iteration(self, env: VecEnv) -> int:
         return env.num_envs * self.config.rollout_steps * self.act_steps
 
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
         start = time.perf_counter()
-        self._sim_seconds = 0.0
+        self._sim_seconds = self._teacher_seconds = 0.0
         # eval mode throughout: training-time augmentation (an image encoder's random shift) would draw other inputs
         # at each rescoring, and the ratios would move before the policy does
         self.policy.eval()
@@ -97,10 +97,12 @@ class PPO(Algorithm):
         self._set_learning_rate()
         metrics = self._update(batch)
         self.iteration += 1
+        if self.teacher is not None:
+            metrics["perf/teacher_s"] = self._teacher_seconds
         metrics.update(  # where an iteration's time goes: simulation, acting (policy, critic, bookkeeping), update
             {
                 "perf/sim_s": self._sim_seconds,
-                "perf/act_s": collected - start - self._sim_seconds,
+                "perf/act_s": collected - start - self._sim_seconds - self._teacher_seconds,
                 "perf/update_s": time.perf_counter() - collected,
             }
         )
@@ -119,7 +121,9 @@ class PPO(Algorithm):
         for _ in range(cfg.rollout_steps):
             policy_obs = self.history.push(obs)
             if teacher is not None:
+                asked = time.perf_counter()
                 labels.append(teacher.decide(obs))
+                self._teacher_seconds += time.perf_counter() - asked
             sample = policy.sample(policy_obs)
             critic_obs = select(obs, self.critic_keys)
             value = critic(critic_obs)
