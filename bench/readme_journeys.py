@@ -46,6 +46,8 @@ FIGURES: dict[str, str] = {
     "eval return": r"eval/return[\s:│|]+(-?[\d,]*\.?\d+)",
     "demonstration success": r"wrote \d+ episodes \(.*?success (\d+(?:\.\d+)?)%",  # collect
     "export error": r"max \|exported − act\| = ([-+.\deE]+)",
+    "teacher success": r"│\s*teacher\s*│\s*(\d+(?:\.\d+)?)%",  # distill's comparison table
+    "student success": r"│\s*student\s*│\s*(\d+(?:\.\d+)?)%",
     "distance to goal": r"final distance to the goal (\d+(?:\.\d+)?) cm",  # deploy, an arm
     "speed error": r"error (\d+(?:\.\d+)?) m/s linear",  # deploy, the Go2
     "unsafe commands": r'"unsafe_commands_reaching_peer": (\d+)',  # bench safety-fuzz

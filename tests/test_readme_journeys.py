@@ -14,6 +14,7 @@ journeys = sys.modules["readme_journeys"] = importlib.util.module_from_spec(_spe
 _spec.loader.exec_module(journeys)
 
 RESULT_COMMANDS = ("policyforge train", "policyforge collect", "policyforge eval", "policyforge export", "deploy")
+RESULT_COMMANDS += ("policyforge distill",)
 
 
 def test_every_journey_command_that_gives_a_result_states_it_and_its_duration():
@@ -57,6 +58,8 @@ def test_figures_are_read_from_what_the_commands_print():
     verdict = "VERDICT: not reached: final distance to the goal 13.2 cm, outside the task's 5 cm"
     assert journeys.read_figures(verdict)["distance to goal"] == 13.2
     assert journeys.read_figures("eval/return: -1,204.5")["eval return"] == -1204.5
+    compared = journeys.read_figures("│ teacher │ 25%     │ 1.0 │\n│ student │ 50%     │ 2.0 │")
+    assert compared["teacher success"] == 25 and compared["student success"] == 50  # policyforge distill's table
 
 
 def test_the_bench_counts_failures_and_promise_mismatches_on_a_clean_clone(tmp_path):
