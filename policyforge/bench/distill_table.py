@@ -1,9 +1,10 @@
-"""Distilling a VLA into compact experts: per instruction family, the VLA teacher's success (after BC and after its
-own PPO), students by BC from the teacher's rollouts, DAgger and RPD, and PPO alone from scratch on the same
-env steps; env steps to reach the teacher's success, wall time, and batch-1 decision latency; plus a locomotion row
-(a privileged PPO teacher on quadruped-walk → a proprioceptive-history student by DAgger, tracking error).
+"""Distilling a VLA into compact experts: per instruction family, the VLA teacher's success (and the same VLA's at
+another stage: after its own PPO), students by BC from the teacher's rollouts, DAgger and RPD, and PPO alone from
+scratch on the same env steps; env steps to reach the teacher's success, wall time, and batch-1 decision latency;
+plus a locomotion row (a privileged PPO teacher on quadruped-walk → a proprioceptive-history student by DAgger,
+tracking error).
 
-    policyforge bench distill-table --teacher runs/vla-ppo [--teacher-bc runs/vla-bc] [--families touch lift push]
+    policyforge bench distill-table --teacher runs/vla-bc [--compare-teacher runs/vla-ppo] [--families touch lift push]
         [--seeds 0 1 2] [--steps 204800] [--walk-teacher RUN] [--walk-steps 2000000] [--out bench/results/distill]
 
 Students come from `configs/vla-distill.yaml` (`policyforge distill`'s recipe) on the teacher's simulation settings.
@@ -105,10 +106,10 @@ def family_rows(args: argparse.Namespace, family: str, console: Console) -> dict
     for seed in args.seeds:
         teacher = cached(args, f"{family}-teacher-s{seed}", evaluate_teacher, args.teacher, family, seed, 32)
         rows.setdefault("teacher", []).append(teacher)
-        if args.teacher_bc is not None:
-            name = f"{family}-teacher_bc-s{seed}"
-            rows.setdefault("teacher_bc", []).append(
-                cached(args, name, evaluate_teacher, args.teacher_bc, family, seed, 32)
+        if args.compare_teacher is not None:
+            name = f"{family}-compare_teacher-s{seed}"
+            rows.setdefault("compare_teacher", []).append(
+                cached(args, name, evaluate_teacher, args.compare_teacher, family, seed, 32)
             )
         for method in STUDENTS:
             config = student_config(args, family, method, seed)
@@ -144,14 +145,14 @@ def mean(results: list[dict[str, Any]], key: str) -> float:
 
 def print_table(console: Console, table_rows: dict[str, dict[str, list[dict[str, Any]]]]) -> None:
     table = Table(title="distilling the VLA: success per family (mean over seeds), env steps to the teacher's success")
-    for column in ("family", "teacher (PPO)", "teacher (BC)", *STUDENTS, "RPD steps", "PPO-only steps", "wall (RPD)"):
+    for column in ("family", "teacher", "other teacher", *STUDENTS, "RPD steps", "PPO-only steps", "wall (RPD)"):
         table.add_column(column)
     for family, rows in table_rows.items():
         success = {m: f"{mean(rows[m], 'success'):.0%}" for m in STUDENTS}
         reached = {m: [r["steps_to_teacher"] for r in rows[m]] for m in ("rpd", "ppo_only")}
-        bc_teacher = f"{mean(rows['teacher_bc'], 'eval/success'):.0%}" if "teacher_bc" in rows else "-"
+        other = f"{mean(rows['compare_teacher'], 'eval/success'):.0%}" if "compare_teacher" in rows else "-"
         table.add_row(
-            family, f"{mean(rows['teacher'], 'eval/success'):.0%}", bc_teacher, *success.values(),
+            family, f"{mean(rows['teacher'], 'eval/success'):.0%}", other, *success.values(),
             *(", ".join("-" if s is None else f"{s:,}" for s in reached[m]) for m in reached),
             f"{mean(rows['rpd'], 'wall_s') / 60:.0f} min",
         )  # fmt: skip
@@ -160,8 +161,13 @@ def print_table(console: Console, table_rows: dict[str, dict[str, list[dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--teacher", type=Path, required=True, help="the VLA run (after its PPO)")
-    parser.add_argument("--teacher-bc", type=Path, default=None, help="the VLA's BC run, evaluated beside it")
+    parser.add_argument("--teacher", type=Path, required=True, help="the VLA run the students learn from")
+    parser.add_argument(
+        "--compare-teacher",
+        type=Path,
+        default=None,
+        help="the VLA at another stage (before or after its PPO), evaluated beside it",
+    )
     parser.add_argument("--families", nargs="+", default=["touch", "lift", "push"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=204_800, help="env steps of every student run")
