@@ -377,7 +377,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(argv)
     console = Console()
     try:
         return args.run(args, console) or 0  # a command's own exit status (deploy: e-stop, goal not reached)
@@ -396,6 +396,17 @@ def main(argv: list[str] | None = None) -> int:
             "intact: free space (or lift the limit) and run the command again (a training run: train --resume RUN)"
         )
         return 2
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; `key=value` overrides of commands that take them may also follow the options."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 if __name__ == "__main__":

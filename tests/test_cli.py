@@ -242,3 +242,12 @@ def test_envs_shows_whole_task_names_at_80_columns(monkeypatch, capsys):
     assert max(map(cell_len, lines)) <= 80
     for name in TASKS:
         assert any(line.startswith(f"│ {name} ") for line in lines), name
+
+
+def test_overrides_may_follow_the_options():
+    from policyforge.cli import parse
+
+    args = parse(["distill", "runs/vla-bc", "runner.eval_envs=8", "--task", "touch", "seed=3"])
+    assert args.overrides == ["runner.eval_envs=8", "seed=3"] and args.task == "touch"
+    with pytest.raises(SystemExit):
+        parse(["distill", "runs/vla-bc", "--task", "touch", "--bogus"])
