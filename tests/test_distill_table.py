@@ -11,9 +11,9 @@ from policyforge.bench.distill_table import STUDENTS, steps_to, student_config
 
 
 def test_a_familys_students_differ_only_in_their_algorithm(tmp_path):
-    teacher = tmp_path / "vla-ppo"
+    teacher = tmp_path / "vla-bc"
     teacher.mkdir()
-    config_io.save(config_io.load(RunConfig, "configs/vla-ppo.yaml"), teacher / "config.yaml")
+    config_io.save(config_io.load(RunConfig, "configs/vla-bc.yaml"), teacher / "config.yaml")  # no reward_type
     args = argparse.Namespace(teacher=teacher, steps=51_200, eval_every=12_800, out=tmp_path / "table")
     configs = {method: student_config(args, "touch", method, seed=2) for method in STUDENTS}
     assert {m: (c.algo.tag, getattr(c.algo, "mode", None)) for m, c in configs.items()} == {

@@ -23,20 +23,22 @@ RECIPE = "vla-distill"
 
 
 def distill_config(teacher_run: Path, family: str | None, mode: str | None, recipe: Path, overrides: list[str]):
-    """The student's run config: the recipe, the teacher's `sim` section (one family with `family`), the teacher,
-    then `overrides`."""
+    """The student's run config: the recipe, the teacher's `sim` section (with the recipe's task options, e.g. its
+    reward, when both name the same task; one family with `family`), the teacher, then `overrides`."""
     from policyforge.algos.run_config import CONFIG_FILE, RunConfig
 
     if not (teacher_run / CONFIG_FILE).is_file():
         raise ConfigError("teacher", f"{teacher_run} is not a policyforge run (no {CONFIG_FILE}); give a run directory")
     teacher = config_io.load(RunConfig, teacher_run / CONFIG_FILE)
     data = config_io.read_yaml(recipe)
-    sim = config_io.to_dict(teacher.sim)
+    sim, recipe_sim = config_io.to_dict(teacher.sim), data.get("sim", {})
+    if recipe_sim.get("task", sim["task"]) == sim["task"]:  # the recipe's reward settings, on the teacher's task
+        sim["task_options"] = {**sim["task_options"], **recipe_sim.get("task_options", {})}
     if family is not None:
         if "families" not in sim["task_options"] and teacher.sim.task != "arm-instructed":
             raise ConfigError("--task", f"the teacher's task {teacher.sim.task} has no instruction families")
         sim["task_options"] = {**sim["task_options"], "families": [family]}
-    sim["num_envs"] = data.get("sim", {}).get("num_envs", sim["num_envs"])
+    sim["num_envs"] = recipe_sim.get("num_envs", sim["num_envs"])
     algo = {**data.get("algo", {}), "teacher": str(teacher_run)}
     if mode is not None:
         algo["mode"] = mode
