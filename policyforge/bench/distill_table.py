@@ -90,7 +90,8 @@ def evaluate_teacher(run: Path, family: str | None, seed: int, envs: int) -> dic
 
 def cached(args: argparse.Namespace, name: str, compute, *inputs) -> dict[str, Any]:
     """`compute(*inputs)`, or an earlier invocation's result at the same sizes (OUT/results/<name>.json)."""
-    path, sizes = args.out / "results" / f"{name}.json", {"steps": args.steps, "eval_every": args.eval_every}
+    sizes = {"steps": args.steps, "eval_every": args.eval_every, "walk_steps": args.walk_steps}
+    path = args.out / "results" / f"{name}.json"
     if path.is_file():
         kept = json.loads(path.read_text())
         if kept.get("sizes") == sizes:
@@ -136,7 +137,9 @@ def walk_row(args: argparse.Namespace) -> dict[str, Any]:
     summary = runner.train()
     runner.close()
     error = summary["eval/terms/lin_vel_error"], teacher["eval/terms/lin_vel_error"]
-    return {"student_error": error[0], "teacher_error": error[1], "ratio": error[0] / error[1]}
+    returns = summary["eval/return"], teacher["eval/return"]
+    return {"student_error": error[0], "teacher_error": error[1], "ratio": error[0] / error[1],
+            "student_return": returns[0], "teacher_return": returns[1]}  # fmt: skip
 
 
 def mean(results: list[dict[str, Any]], key: str) -> float:
@@ -181,7 +184,7 @@ def main() -> None:
     print_table(console, table_rows)
     students = [decision_ms_of(args.out / "runs" / f"{args.families[0]}-rpd-s{args.seeds[0]}")]
     teacher_ms = table_rows[args.families[0]]["teacher"][0]["decision_ms"]
-    walk = walk_row(args) if args.walk_teacher is not None else None
+    walk = cached(args, "walk", walk_row, args) if args.walk_teacher is not None else None
     if walk is not None:
         console.print(f"quadruped-walk: teacher {walk['teacher_error']:.3f} m/s, student {walk['student_error']:.3f}")
     console.print(f"batch-1 decision: student {students[0]:.3f} ms, teacher {teacher_ms:.1f} ms")
