@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -179,11 +180,12 @@ def main() -> None:
     parser.add_argument("--walk-steps", type=int, default=2_000_000)
     parser.add_argument("--out", type=Path, default=Path("bench/results/distill"))
     args = parser.parse_args()
+    torch.set_num_threads(1)  # as training runs (runner.torch_threads): latencies and evaluations alike
     console = Console(width=170)
     table_rows = {family: family_rows(args, family, console) for family in args.families}
     print_table(console, table_rows)
     students = [decision_ms_of(args.out / "runs" / f"{args.families[0]}-rpd-s{args.seeds[0]}")]
-    teacher_ms = table_rows[args.families[0]]["teacher"][0]["decision_ms"]
+    teacher_ms = decision_ms_of(args.teacher)  # side by side, after the runs: the same load on the machine
     walk = cached(args, "walk", walk_row, args) if args.walk_teacher is not None else None
     if walk is not None:
         console.print(f"quadruped-walk: teacher {walk['teacher_error']:.3f} m/s, student {walk['student_error']:.3f}")
@@ -206,7 +208,7 @@ def main() -> None:
 
 
 def decision_ms_of(run_dir: Path) -> float:
-    """A trained student's batch-1 decision time, ms, on an observation of its own task."""
+    """A trained policy's batch-1 decision time, ms, on an observation of its own task (its best checkpoint)."""
     _, policy, env = load_run(run_dir, "best", 1)
     result = decision_ms(policy, env.reset(seed=0))
     env.close()
