@@ -69,15 +69,15 @@ def describe(
 ) -> dict[str, Any]:
     """The description of `policy`'s graph in format `fmt`. `inputs`: the example observations the graph was
     traced with, by observation key in graph-input order, [B, ...]. `metadata` (what the policy was trained
-    on, `export.run_metadata`): `obs_features` (D names), `cameras` and `action_meaning` go into the layout,
-    everything else (task, control_dt, task_options, source) to the top level."""
+    on, `export.run_metadata`): `obs_features` (the D names of obs["policy"]), `cameras` and `action_meaning` go
+    into the layout, everything else (task, control_dt, task_options, source) to the top level."""
     metadata = dict(metadata or {})
     features = metadata.pop("obs_features", None)
     cameras = metadata.pop("cameras", None)
     meaning = metadata.pop("action_meaning", None)
     rollout = rollout_layout(policy)
     state = inputs[policy.obs_key]
-    if features is None:  # not known here (a policy exported without its task)
+    if features is None or policy.obs_key != "policy":  # not known here (no task), or not the task's `policy` names
         features = [f"{policy.obs_key}[{i}]" for i in range(state.shape[-1])]
     if len(features) != state.shape[-1]:
         raise ValueError(f"{len(features)} observation feature names for observations of size {state.shape[-1]}")

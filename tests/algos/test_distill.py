@@ -14,6 +14,8 @@ from policyforge.algos.runner import RunConfig, Runner
 from policyforge.algos.teacher import TeacherLabels, load_teacher
 from policyforge.config import ConfigError, from_dict
 from policyforge.policies.base import EnvSpec
+from policyforge.policies.export import export_run
+from policyforge.policies.export_description import load_description
 from policyforge.policies.flow import FlowConfig
 from policyforge.sims import make_env
 from policyforge.sims.config import SimConfig
@@ -82,6 +84,9 @@ def test_a_privileged_teacher_teaches_a_student_that_sees_less(tmp_path, teacher
     assert runner.algo.teacher.teacher.obs_keys == ("critic",) and runner.algo.policy.obs_keys == ("policy",)
     assert summary["eval/success"] >= teacher_success(teacher) - 0.15
     runner.close()
+
+    out, error, _ = export_run(teacher, "onnx")  # a policy on the privileged state exports like any other
+    assert error <= 1e-5 and load_description(out)["observation"]["obs"]["observation_key"] == "critic"
 
 
 @pytest.mark.parametrize("mode", ["dagger", "rpd"])
