@@ -18,7 +18,7 @@ EXPECTED = {  # the end of a recipe's file name → its method's name
     "vla-bc": "BC (vla)",
     "vla-ppo": "ReinFlow (VLA)",
     "vla-ppo-flow": "ReinFlow",
-    "vla-distill": "RPD (gaussian student)",
+    "vla-distill": "DAgger (gaussian student)",
     "dppo": "DPPO",
     "reinflow": "ReinFlow",
     "flow-sde": "Flow-SDE",
@@ -43,8 +43,8 @@ def test_other_combinations_name_algorithm_and_policy():
     assert method_name(config) == "BC (shortcut flow)"
     config = load(RunConfig, "configs/pendulum-swingup-sac.yaml")
     assert method_name(config) == "SAC"
-    config = load(RunConfig, "configs/vla-distill.yaml", ["algo.mode=dagger"])
-    assert method_name(config) == "DAgger (gaussian student)"
+    config = load(RunConfig, "configs/vla-distill.yaml", ["algo.mode=rpd"])
+    assert method_name(config) == "RPD (gaussian student)"
 
 
 def _plot(monkeypatch, run_dir: Path):
