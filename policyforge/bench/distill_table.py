@@ -184,7 +184,7 @@ def main() -> None:
     console = Console(width=170)
     table_rows = {family: family_rows(args, family, console) for family in args.families}
     print_table(console, table_rows)
-    students = [decision_ms_of(args.out / "runs" / f"{args.families[0]}-rpd-s{args.seeds[0]}")]
+    students = [student_ms(student_config(args, args.families[0], "rpd", args.seeds[0]))]
     teacher_ms = decision_ms_of(args.teacher)  # side by side, after the runs: the same load on the machine
     walk = cached(args, "walk", walk_row, args) if args.walk_teacher is not None else None
     if walk is not None:
@@ -210,6 +210,19 @@ def main() -> None:
 def decision_ms_of(run_dir: Path) -> float:
     """A trained policy's batch-1 decision time, ms, on an observation of its own task (its best checkpoint)."""
     _, policy, env = load_run(run_dir, "best", 1)
+    result = decision_ms(policy, env.reset(seed=0))
+    env.close()
+    return result
+
+
+def student_ms(config: RunConfig) -> float:
+    """The student architecture's batch-1 decision time, ms (the weights do not change it: those of a fresh build, so
+    a table whose runs were kept from another machine needs none of their directories)."""
+    from policyforge.algos.build import build_policy
+    from policyforge.sims import make_env
+
+    env = make_env(dataclasses.replace(config.sim, num_envs=1))
+    policy = build_policy(config, env).eval()
     result = decision_ms(policy, env.reset(seed=0))
     env.close()
     return result
