@@ -58,25 +58,39 @@ def decision_ms(policy, obs: dict[str, Any], calls: int = 200) -> float:
         return timings_ms(lambda: policy.act(one), calls)[0]
 
 
-def compare(student_run: Path, teacher_run: Path, teacher_checkpoint: str, family: str | None) -> dict[str, Any]:
-    """Teacher and student evaluated on the same episodes (the student run's evaluation seeds and size), filmed,
-    and timed at batch 1: {"teacher": {...}, "student": {...}}."""
+def evaluate_run(
+    run: Path,
+    which: str,
+    envs: int,
+    family: str | None,
+    seed: int,
+    video: Path | None = None,
+    camera: str | None = None,
+) -> dict[str, Any]:
+    """A run's policy (checkpoint `which`) on the first episodes of `envs` envs of `family` (every family: None),
+    seeded as a run of `seed` evaluates, filmed to `video`; with its batch-1 decision time (`decision_ms`)."""
     from policyforge.algos.evaluate import evaluate
     from policyforge.algos.runner import EVAL_SEED_OFFSET, load_run
 
-    config, _, probe = load_run(student_run, "best", num_envs=1)
-    probe.close()
     options = {"families": [family]} if family else None
+    _, policy, env = load_run(run, which, envs, task_options=options)
+    metrics = evaluate(policy, env, seed + EVAL_SEED_OFFSET, video, camera)
+    metrics["decision_ms"] = decision_ms(policy, env.reset(seed=seed))
+    env.close()
+    return metrics
+
+
+def compare(student_run: Path, teacher_run: Path, teacher_checkpoint: str, family: str | None) -> dict[str, Any]:
+    """Teacher and student evaluated on the same episodes (the student run's evaluation seeds and size), filmed,
+    and timed at batch 1: {"teacher": {...}, "student": {...}}."""
+    from policyforge.algos.run_config import CONFIG_FILE, RunConfig
+
+    config = config_io.load(RunConfig, student_run / CONFIG_FILE)
     results = {}
     for role, run, which in (("teacher", teacher_run, teacher_checkpoint), ("student", student_run, "best")):
-        _, policy, env = load_run(run, which, config.runner.eval_envs, task_options=options)
         video = student_run / "videos" / f"{role}.mp4"
-        metrics = evaluate(policy, env, config.seed + EVAL_SEED_OFFSET, video, config.runner.video_camera)
-        obs = env.reset(seed=config.seed)
-        metrics["decision_ms"] = decision_ms(policy, obs)
-        metrics["video"] = str(video)
-        env.close()
-        results[role] = metrics
+        envs, camera = config.runner.eval_envs, config.runner.video_camera
+        results[role] = evaluate_run(run, which, envs, family, config.seed, video, camera) | {"video": str(video)}
     return results
 
 

@@ -29,11 +29,10 @@ from rich.console import Console
 from rich.table import Table
 
 from policyforge import config as config_io
-from policyforge.algos.distill_command import decision_ms, distill_config
-from policyforge.algos.evaluate import evaluate
+from policyforge.algos.distill_command import decision_ms, distill_config, evaluate_run
 from policyforge.algos.logger import read_metrics
 from policyforge.algos.ppo_config import PPOConfig
-from policyforge.algos.runner import EVAL_SEED_OFFSET, RunConfig, Runner, load_run
+from policyforge.algos.runner import RunConfig, Runner, load_run
 from policyforge.cli import find_recipe
 from policyforge.io import write_json
 
@@ -79,16 +78,6 @@ def train_student(config: RunConfig, teacher_success: float) -> dict[str, Any]:
     }
 
 
-def evaluate_teacher(run: Path, family: str | None, seed: int, envs: int) -> dict[str, Any]:
-    """A teacher's success on `family` (every family: None) over `envs` first episodes, and its batch-1 latency."""
-    options = {"families": [family]} if family else None
-    _, policy, env = load_run(run, "best", envs, task_options=options)
-    metrics = evaluate(policy, env, seed + EVAL_SEED_OFFSET)
-    metrics["decision_ms"] = decision_ms(policy, env.reset(seed=seed))
-    env.close()
-    return metrics
-
-
 def cached(args: argparse.Namespace, name: str, compute, *inputs) -> dict[str, Any]:
     """`compute(*inputs)`, or an earlier invocation's result at the same sizes (OUT/results/<name>.json)."""
     sizes = {"steps": args.steps, "eval_every": args.eval_every, "walk_steps": args.walk_steps}
@@ -106,12 +95,12 @@ def family_rows(args: argparse.Namespace, family: str, console: Console) -> dict
     """Every method's result per seed on one family."""
     rows: dict[str, list[dict[str, Any]]] = {}
     for seed in args.seeds:
-        teacher = cached(args, f"{family}-teacher-s{seed}", evaluate_teacher, args.teacher, family, seed, 32)
+        teacher = cached(args, f"{family}-teacher-s{seed}", evaluate_run, args.teacher, "best", 32, family, seed)
         rows.setdefault("teacher", []).append(teacher)
         if args.compare_teacher is not None:
             name = f"{family}-compare_teacher-s{seed}"
             rows.setdefault("compare_teacher", []).append(
-                cached(args, name, evaluate_teacher, args.compare_teacher, family, seed, 32)
+                cached(args, name, evaluate_run, args.compare_teacher, "best", 32, family, seed)
             )
         for method in STUDENTS:
             config = student_config(args, family, method, seed)
@@ -124,7 +113,7 @@ def family_rows(args: argparse.Namespace, family: str, console: Console) -> dict
 
 def walk_row(args: argparse.Namespace) -> dict[str, Any]:
     """The privileged walking teacher's tracking error and a proprio-history DAgger student's."""
-    teacher = evaluate_teacher(args.walk_teacher, None, 0, 16)
+    teacher = evaluate_run(args.walk_teacher, "best", 16, None, 0)
     overrides = [f"runner.total_env_steps={args.walk_steps}", f"out_dir={args.out / 'runs'}", "name=walk-dagger"]
     overrides += [
         "policy.obs_key=policy",
