@@ -220,3 +220,12 @@ def test_cameras_for_a_policy_that_reads_states_only_are_refused_unless_a_teache
     config = {"sim": sim, "policy": {"class": "gaussian", "obs_key": "critic"}}
     distill = from_dict(RunConfig, {**config, "algo": {"class": "distill", "teacher": "runs/vla-ppo"}})
     assert distill.algo.runs_a_teacher and not distill.policy.reads_images
+
+
+def test_images_rendered_on_request_are_refused_for_a_policy_that_reads_them_every_step():
+    sim = {"task": "arm-reach", "image": {"cameras": ["front"], "width": 16, "height": 16, "render": "on_request"}}
+    with pytest.raises(ConfigError, match=r"sim.image.render: the flow policy reads the images every step"):
+        from_dict(RunConfig, {"sim": sim, "policy": {"class": "flow"}, "algo": {"class": "bc", "dataset": "d"}})
+    student = {"class": "gaussian", "obs_key": "critic"}
+    distill = from_dict(RunConfig, {"sim": sim, "policy": student, "algo": {"class": "distill", "teacher": "t"}})
+    assert distill.sim.image.render == "on_request"

@@ -189,7 +189,7 @@ class DAgger(Algorithm):
 def construct_distill(config: RunConfig, env: VecEnv, policy: Policy) -> Algorithm:
     """The mode's algorithm for the student `policy` in `env`, its teacher loaded from `algo.teacher`."""
     cfg: DistillConfig = config.algo
-    teacher = TeacherLabels(load_teacher(cfg.teacher, cfg.teacher_checkpoint, env), policy, env.num_envs)
+    teacher = TeacherLabels(load_teacher(cfg.teacher, cfg.teacher_checkpoint, env), policy, env)
     if cfg.mode != "rpd":
         return DAgger(policy, teacher, env.num_envs, cfg)
     steps_per_iteration = env.num_envs * cfg.rollout_steps * policy.act_steps

@@ -24,7 +24,8 @@ RECIPE = "vla-distill"
 
 def distill_config(teacher_run: Path, family: str | None, mode: str | None, recipe: Path, overrides: list[str]):
     """The student's run config: the recipe, the teacher's `sim` section (with the recipe's task options, e.g. its
-    reward, when both name the same task; one family with `family`), the teacher, then `overrides`."""
+    reward, when both name the same task; one family with `family`; the recipe's `image.render`), the teacher, then
+    `overrides`."""
     from policyforge.algos.run_config import CONFIG_FILE, RunConfig
 
     if not (teacher_run / CONFIG_FILE).is_file():
@@ -39,6 +40,8 @@ def distill_config(teacher_run: Path, family: str | None, mode: str | None, reci
             raise ConfigError("--task", f"the teacher's task {teacher.sim.task} has no instruction families")
         sim["task_options"] = {**sim["task_options"], "families": [family]}
     sim["num_envs"] = recipe_sim.get("num_envs", sim["num_envs"])
+    if "render" in recipe_sim.get("image", {}):  # the teacher's cameras, rendered when the recipe says
+        sim["image"]["render"] = recipe_sim["image"]["render"]
     algo = {**data.get("algo", {}), "teacher": str(teacher_run)}
     if mode is not None:
         algo["mode"] = mode

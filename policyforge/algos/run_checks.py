@@ -18,6 +18,9 @@ def check_sections(config: RunConfig) -> None:
     if config.sim.image.cameras and not config.policy.reads_images and not config.algo.runs_a_teacher:
         why = f"the {config.policy.tag} policy reads states only: use a diffusion, flow or VLA policy, or no cameras"
         check(False, "sim.image.cameras", why)
+    if config.sim.image.cameras and config.sim.image.render == "on_request" and config.policy.reads_images:
+        why = f"the {config.policy.tag} policy reads the images every step: give sim.image.render=every_step"
+        check(False, "sim.image.render", why)
     if config.policy.pretrained_part:
         check(
             bool(config.init_policy),

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from policyforge.config import ConfigError
-from policyforge.policies.base import Obs, Policy
+from policyforge.policies.base import IMAGE_KEY, Obs, Policy
 from policyforge.policies.rollout import ChunkedActor
 from policyforge.sims.vec_env import VecEnv
 
@@ -63,25 +63,27 @@ class TeacherLabels:
     observation, and plans again when it has executed its `act_steps` or when its chunk no longer covers the
     student's H_s actions; envs that start an episode plan afresh."""
 
-    def __init__(self, teacher: Policy, student: Policy, num_envs: int):
+    def __init__(self, teacher: Policy, student: Policy, env: VecEnv):
         if student.chunk_len > teacher.chunk_len:
             raise ConfigError(
                 "policy.chunk",
                 f"the student plans {student.chunk_len} actions per decision and the teacher only "
                 f"{teacher.chunk_len}: give the student a chunk of at most {teacher.chunk_len}",
             )
-        self.teacher, self.horizon = teacher, student.chunk_len
-        self.actor = ChunkedActor(teacher, num_envs)
+        self.teacher, self.horizon, self.env = teacher, student.chunk_len, env
+        self.actor = ChunkedActor(teacher, env.num_envs)
         """The teacher's history, current chunk [N, H_t, A] and each env's cursor in it (evaluation's bookkeeping)."""
+        self.rendered = 0
+        """Env frames rendered for the teacher (`sim.image.render: on_request`), all decisions so far."""
 
     @torch.no_grad()
     def decide(self, obs: Obs) -> torch.Tensor:
         """This env step's observations [N, ...] (a student decision) → the teacher's next H_s actions [N, H_s, A]."""
         actor = self.actor
-        teacher_obs = actor.history.push(obs)
         replan = (actor.cursor >= actor.act_steps) | (actor.cursor + self.horizon > self.teacher.chunk_len)
-        if replan.any():
-            ids = replan.nonzero()[:, 0]
+        ids = replan.nonzero()[:, 0]
+        teacher_obs = actor.history.push(self._with_images(obs, ids))
+        if len(ids):
             chunk = self.teacher.act({k: v[ids] for k, v in teacher_obs.items()})
             if actor.chunk is None:
                 actor.chunk = torch.zeros(actor.num_envs, *chunk.shape[1:])
@@ -90,13 +92,30 @@ class TeacherLabels:
         steps = actor.cursor[:, None] + torch.arange(self.horizon)
         return actor.chunk[torch.arange(actor.num_envs)[:, None], steps]
 
+    def _with_images(self, obs: Obs, ids: torch.Tensor) -> Obs:
+        """`obs` with the teacher's images where the env leaves them to be rendered on request: those of envs `ids`
+        (the ones it plans for now), zeros elsewhere (a teacher with one frame of history never reads those)."""
+        if IMAGE_KEY not in self.teacher.obs_keys or IMAGE_KEY in obs:
+            return obs
+        if self.teacher.n_obs_steps > 1:
+            raise ConfigError(
+                "sim.image.render",
+                f"the teacher reads the last {self.teacher.n_obs_steps} frames, which are not rendered on request: "
+                "give sim.image.render=every_step",
+            )
+        frames = torch.zeros((self.env.num_envs, *self.env.obs_shapes[IMAGE_KEY]), dtype=torch.uint8)
+        if len(ids):
+            frames[ids] = self.env.images(ids.numpy()).to(frames.device)
+            self.rendered += len(ids)
+        return {**obs, IMAGE_KEY: frames}
+
     def stepped(self, ended: torch.Tensor, next_obs: Obs | None) -> None:
         """One env step executed; `ended` [N] envs start a new episode; `next_obs`: the observations of a step
         inside the student's decision (None at the next decision, which `decide` pushes)."""
         self.actor.cursor += 1
         self.actor.episodes_ended(ended)
         if next_obs is not None:
-            self.actor.history.push(next_obs)
+            self.actor.history.push(self._with_images(next_obs, torch.zeros(0, dtype=torch.long)))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.actor.state_dict()

@@ -59,6 +59,10 @@ class RandomizationConfig:
         return any(getattr(self, f.name) is not None for f in dataclasses.fields(self) if f.name != "resample_on_reset")
 
 
+RENDER_MODES = ("every_step", "on_request")
+"""When image observations are rendered (`ImageConfig.render`)."""
+
+
 @dataclasses.dataclass
 class ImageConfig:
     """Camera images added to observations as `obs["image"]`, [N, V, H, W, 3] uint8."""
@@ -73,11 +77,16 @@ class ImageConfig:
     """`fast`: no shadows, reflections or multisampling, every env's frames drawn as tiles of one buffer (~5×
     cheaper on a CPU renderer: `policyforge bench image-throughput`); `full`: a frame per call as videos are drawn
     (shadows), for when the policy should see them."""
+    render: Literal["every_step", "on_request"] = "every_step"
+    """`every_step`: every observation carries `image`; `on_request`: none does, and a reader renders the envs it
+    needs with `env.images(env_ids)` (a distillation teacher, at its own decisions only: several times cheaper when
+    it plans a chunk of actions at a time)."""
 
     def __post_init__(self) -> None:
         check_in(self.width, "width", f"[1, {MAX_IMAGE_SIZE}]", unit=" px")
         check_in(self.height, "height", f"[1, {MAX_IMAGE_SIZE}]", unit=" px")
         check(self.quality in ("fast", "full"), "quality", f"give fast or full, got {self.quality!r}")
+        check(self.render in RENDER_MODES, "render", f"give every_step or on_request, got {self.render!r}")
 
 
 @dataclasses.dataclass

@@ -138,6 +138,9 @@ class InstructionObs(VecEnv):
     def instructions(self) -> list[str] | None:
         return self.env.instructions()
 
+    def images(self, env_ids: Any) -> torch.Tensor:
+        return self.env.images(env_ids)
+
     def get_state(self) -> dict[str, Any] | None:
         return self.env.get_state()
 

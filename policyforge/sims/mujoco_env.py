@@ -74,6 +74,7 @@ class MujocoVecEnv(VecEnv):
         self.randomizer = Randomizer(randomization, model, task.root_body, task.name)
         self._resample_on_reset = randomization.resample_on_reset
         self._image = image if image is not None and image.cameras else None
+        self._images_each_step = self._image is not None and self._image.render == "every_step"
         self._renderers = _render.RendererCache(task.model)
         self._scratch = mujoco.MjData(model)
         self._final_poses: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
@@ -86,6 +87,8 @@ class MujocoVecEnv(VecEnv):
         self._warning_counts = np.zeros(self.batch.warning.shape[:2], dtype=np.int64)
         obs = self.reset(seed)
         self.obs_shapes = {key: tuple(value.shape[1:]) for key, value in obs.items()}
+        if self._image is not None:
+            self.obs_shapes["image"] = (len(self._image.cameras), self._image.height, self._image.width, 3)
 
     # -- contract ----------------------------------------------------------------------------------------
 
@@ -100,22 +103,29 @@ class MujocoVecEnv(VecEnv):
         self._reset_envs(np.arange(self.num_envs), resample=True)
         self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
         obs = self.task.observe(self.state, np)
-        return self._to_torch_obs(obs, self._images(np.arange(self.num_envs)))
+        return self._to_torch_obs(obs, self._obs_images(np.arange(self.num_envs)))
 
     def instructions(self) -> list[str] | None:
         return self.task.instructions(self.vars)
+
+    def images(self, env_ids: Any) -> torch.Tensor:
+        if self._image is None:
+            return super().images(env_ids)
+        ids = np.atleast_1d(np.asarray(env_ids, dtype=np.int64))
+        env_ids_of(ids, self.num_envs)  # ValueError naming ids out of range
+        return to_torch(self._images(ids), self.device)
 
     def reset_to(self, initial: ResetState) -> Obs:
         self._final_poses = {}
         self._reset_envs(np.arange(self.num_envs), resample=True, initial=initial)
         self.episodes = EpisodeCounters.zeros(self.num_envs, np, np.float64, np.int64)
-        return self._to_torch_obs(self.task.observe(self.state, np), self._images(np.arange(self.num_envs)))
+        return self._to_torch_obs(self.task.observe(self.state, np), self._obs_images(np.arange(self.num_envs)))
 
     def reset_envs(self, env_ids: Any) -> Obs:
         ids = env_ids_of(env_ids, self.num_envs)
         self._reset_envs(ids, resample=self._resample_on_reset)
         self.episodes = self.episodes.restart(np.isin(np.arange(self.num_envs), ids), np)
-        return self._to_torch_obs(self.task.observe(self.state, np), self._images(np.arange(self.num_envs)))
+        return self._to_torch_obs(self.task.observe(self.state, np), self._obs_images(np.arange(self.num_envs)))
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         action = validate_action(action, self.num_envs, self.action_dim)
@@ -131,7 +141,7 @@ class MujocoVecEnv(VecEnv):
         check_finite(self.num_envs, {"reward": reward, **{f"observation {k!r}": v for k, v in obs.items()}})
         outcome = end_step(self.episodes, reward, terminated, success, np, episode_steps=self.episode_steps)
         self.episodes = outcome.counters
-        images = self._images(np.arange(self.num_envs))
+        images = self._obs_images(np.arange(self.num_envs))
         final_obs = self._to_torch_obs(obs, images)
         info = make_step_info(final_obs, outcome.episode, terms, success, self._tensor)
         next_obs = final_obs
@@ -275,16 +285,19 @@ class MujocoVecEnv(VecEnv):
             merged[key][ids] = value
         if images is not None:
             images = images.copy()
-            images[ids] = self._images(ids)
+            images[ids] = self._obs_images(ids)
         return self._to_torch_obs(merged, images)
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return to_torch(array, self.device)
 
-    def _images(self, ids: np.ndarray) -> np.ndarray | None:
-        """Image observations [n, V, H, W, 3] uint8 of envs `ids`, or None without cameras configured."""
-        if self._image is None:
-            return None
+    def _obs_images(self, ids: np.ndarray) -> np.ndarray | None:
+        """The `image` observations of envs `ids` [n, V, H, W, 3] uint8, or None where obs carry none."""
+        return self._images(ids) if self._images_each_step else None
+
+    def _images(self, ids: np.ndarray) -> np.ndarray:
+        """Images [n, V, H, W, 3] uint8 of envs `ids`' current state from the configured cameras."""
+        assert self._image is not None
         cfg = self._image
         if cfg.quality == "fast":
             states = (self.batch.get_data(int(env), self._scratch) for env in ids)

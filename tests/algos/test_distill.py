@@ -137,7 +137,7 @@ def test_a_student_chunk_longer_than_the_teachers_is_refused_naming_both(teacher
         EnvSpec(env.obs_shapes, env.action_dim)
     )
     with pytest.raises(ConfigError, match=r"policy.chunk.*student plans 4 actions.*teacher only 1"):
-        TeacherLabels(teacher, student, 2)
+        TeacherLabels(teacher, student, env)
     env.close()
 
 

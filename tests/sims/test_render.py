@@ -43,6 +43,39 @@ def test_image_observations():
     assert not torch.equal(info["final_obs"]["image"], obs["image"])
 
 
+def test_images_rendered_on_request_are_the_observations_every_step_rendering_gives():
+    """`render: on_request` leaves `image` out of obs; `env.images(ids)` renders those envs' current state, the same
+    frames an every-step env gives in its obs, auto-resets included (a subset drawn in other tiles of the fast
+    renderer's buffer differs by at most one level in a few pixels)."""
+    envs = {}
+    for mode in ("every_step", "on_request"):
+        image = ImageConfig(cameras=["front", "wrist"], width=32, height=24, render=mode)
+        options = {"episode_seconds": 0.12}
+        envs[mode] = make_env(SimConfig(task="arm-reach", num_envs=3, image=image, task_options=options))
+    every, lazy = envs["every_step"], envs["on_request"]
+    assert lazy.obs_shapes["image"] == every.obs_shapes["image"] == (2, 24, 32, 3)
+    obs, lazy_obs = every.reset(seed=3), lazy.reset(seed=3)
+    assert "image" not in lazy_obs
+    assert torch.equal(lazy.images([0, 1, 2]), obs["image"])
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(4):  # the third step resets every env
+        action = torch.rand(3, every.action_dim, generator=generator) * 2 - 1
+        obs, lazy_obs = every.step(action)[0], lazy.step(action)[0]
+        assert "image" not in lazy_obs
+        assert torch.equal(lazy.images([0, 1, 2]), obs["image"])
+        subset = (lazy.images([2, 0]).int() - obs["image"][[2, 0]].int()).abs()
+        assert subset.max() <= 1 and subset.float().mean() < 0.01  # another tile of the buffer: ±1 level in places
+    with pytest.raises(ValueError, match=r"env ids \[3\] are out of range"):
+        lazy.images([3])
+    with pytest.raises(ValueError, match="render.*give every_step or on_request"):
+        ImageConfig(cameras=["front"], render="sometimes")
+    without = make_env(SimConfig(task="arm-reach", num_envs=1))
+    with pytest.raises(RuntimeError, match="renders no image observations"):
+        without.images([0])
+    for env in (every, lazy, without):
+        env.close()
+
+
 def test_final_frames_show_the_state_before_the_auto_reset():
     image = ImageConfig(cameras=["front"], width=32, height=24, quality="full")  # drawn as env.render draws
     env = make_env(SimConfig(task="arm-reach", num_envs=3, image=image, task_options={"episode_seconds": 0.12}))
