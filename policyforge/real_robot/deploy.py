@@ -1,6 +1,6 @@
 """Deploying a trained policy: the export a run or file names (`resolve_policy`, exported again when stale), run
 one observation at a time, and the task adapters that build observations and commands with the simulator's own
-code; `launch.deploy()` puts them on a robot behind `policyforge deploy`."""
+code (`arm_adapter.ArmAdapter` for arms); `launch.deploy()` puts them on a robot behind `policyforge deploy`."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from policyforge.errors import UserError
 from policyforge.policies.export import export_run, file_sha256, load_exported, run_checkpoint, stale_reason
 from policyforge.policies.export_description import DescriptionError, description_file, load_description
 from policyforge.real_robot.robot import Command, RobotState
-from policyforge.sims.task import TaskState, asset_path
-from policyforge.sims.tasks.arm_base import FINGER_OPEN, HOME_QPOS
+from policyforge.sims.task import asset_path
 from policyforge.sims.tasks.quadruped import JOINT_NAMES, STAND_QPOS, QuadrupedConfig, joint_targets, policy_observation
 
 
@@ -59,6 +58,11 @@ class ExportedPolicy:
         self.history: collections.deque[np.ndarray] = collections.deque(maxlen=max(self.history_len, 1))
         self.chunk: np.ndarray | None = None
         self.cursor = self.act_steps
+
+    @property
+    def obs_key(self) -> str:
+        """The observation the graph reads: `policy`, or `critic` for a student of the privileged state."""
+        return str(self.spec.get("observation", {}).get("obs", {}).get("observation_key", "policy"))
 
     @property
     def obs_dim(self) -> int:
@@ -219,76 +223,6 @@ class QuadrupedAdapter:
         return Command(
             position=np.asarray(position, np.float64), velocity=zeros, torque=zeros.copy(), kp=self.kp, kd=self.kd
         )
-
-
-class ArmAdapter:
-    """An `arm-*` task on a Franka, through a digital twin: the simulator's own model is set to the measured
-    joints, and the task's `observe` and `control` run on it, so observations, the differential IK and the
-    Cartesian target memory are the simulator's code. `goal`: the reach target [3] (m, base frame)."""
-
-    def __init__(self, task_name: str, task_options: dict, goal: np.ndarray, cartesian: bool = False):
-        from policyforge.config import from_dict
-        from policyforge.sims.tasks import TASKS
-
-        cls = TASKS[task_name]
-        self.task = cls(
-            cls.load_model(from_dict(cls.config_class, task_options)), from_dict(cls.config_class, task_options)
-        )
-        self.data = mujoco.MjData(self.task.model)
-        self._scratch = mujoco.MjData(self.task.model)
-        self.cartesian = cartesian
-        self.action_dim = self.task.action_dim
-        self.default_pose = HOME_QPOS.copy()
-        self.vars = {k: np.asarray(v) for k, v in self.task.reset_vars(1, np.asarray(goal, float)[None], np).items()}
-        self._twin: TaskState | None = None
-        self.obs_dim = self._observation_size()
-        """Size D of the observations it builds."""
-
-    def set_goal(self, goal: np.ndarray) -> None:
-        self.vars["goal"] = np.asarray(goal, dtype=np.float64)[None]
-
-    def _sync(self, state: RobotState) -> TaskState:
-        """The twin at the measured joints (gripper open), as the task's batched state [1, ...]."""
-        self.data.qpos[self.task.arm_qpos], self.data.qvel[self.task.arm_dofs] = state.joint_pos, state.joint_vel
-        self.data.qpos[self.task.finger_qpos] = FINGER_OPEN
-        if self._twin is None:  # `joint_delta` steps from the previous targets: start at the measured joints
-            self.data.ctrl[:7] = state.joint_pos
-        mujoco.mj_forward(self.task.model, self.data)
-        phys = {name: np.array(getattr(self.data, name))[None] for name in self.task.physics_fields}
-        self._twin = TaskState(phys, self.vars)
-        return self._twin
-
-    def observation(self, state: RobotState, last_action: np.ndarray) -> np.ndarray:
-        return self.task.observe(self._sync(state), np)["policy"][0]
-
-    def command(self, action: np.ndarray) -> Command:
-        twin, action = self._twin, np.asarray(action, dtype=np.float64)[None]
-        targets = self.task.control(action, twin, np)[0, :7]
-        self.data.ctrl[:7] = targets
-        command = Command(position=targets)
-        if self.cartesian:
-            position, orientation = self.task.ee_target(twin, action, np)
-            command.ee_target, command.ee_orientation = position[0], orientation[0]
-        self.vars = self.task.update_vars(twin, action, np)
-        return command
-
-    def pose_command(self, position: np.ndarray) -> Command:
-        return Command(position=np.asarray(position, dtype=np.float64))
-
-    def _observation_size(self) -> int:
-        """D of the task's observations, from the scratch copy of the twin at the home pose (leaves the twin be)."""
-        scratch = self._scratch
-        scratch.qpos[self.task.arm_qpos], scratch.qpos[self.task.finger_qpos] = self.default_pose, FINGER_OPEN
-        mujoco.mj_forward(self.task.model, scratch)
-        phys = {name: np.array(getattr(scratch, name))[None] for name in self.task.physics_fields}
-        return int(self.task.observe(TaskState(phys, self.vars), np)["policy"].shape[-1])
-
-    def forward_kinematics(self, joint_pos: np.ndarray) -> np.ndarray:
-        """The TCP position [3] (m, base frame) of joint positions [7], on a scratch copy of the twin."""
-        scratch = self._scratch
-        scratch.qpos[self.task.arm_qpos] = joint_pos
-        mujoco.mj_kinematics(self.task.model, scratch)
-        return scratch.site("tcp").xpos.copy()
 
 
 def _one_line(err: BaseException, limit: int = 300) -> str:

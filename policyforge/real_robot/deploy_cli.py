@@ -24,6 +24,7 @@ DEPLOY_FLAGS = {
     "seconds": "--seconds",
     "velocity_command": "--command",
     "goal": "--goal",
+    "scene_seed": "--scene-seed",
     "arm_mode": "--mode",
     "host": "--host",
     "interface": "--interface",
@@ -61,6 +62,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     deploying.add_argument("--seconds", type=float, default=10.0, help="how long the policy runs")
     deploying.add_argument("--command", default="0.5,0,0", help="velocity command vx,vy,yaw_rate (legged robots)")
     deploying.add_argument("--goal", default="0.5,0,0.3", help="arms: reach goal x,y,z in the base frame (m)")
+    deploying.add_argument(
+        "--scene-seed",
+        type=int,
+        default=0,
+        help="arm-instructed: the seed of the cubes' layout and the instruction (announced before connecting)",
+    )
     deploying.add_argument("--mode", default="joint", choices=["joint", "cartesian"], help="arms: command space")
     deploying.add_argument("--host", default="172.16.0.2", help="arms: the robot's IP address")
     deploying.add_argument("--interface", default="lo", help="Go2: network interface of the robot link, e.g. eth0")
@@ -96,6 +103,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             seconds=args.seconds,
             velocity_command=command,
             goal=goal,
+            scene_seed=args.scene_seed,
             arm_mode=args.mode,
             host=args.host,
             interface=args.interface,

@@ -24,13 +24,15 @@ import numpy as np
 
 from policyforge.config import ConfigError, check
 from policyforge.policies.export import saturated_share, saturation_warning
-from policyforge.real_robot.deploy import ArmAdapter, DeployError, ExportedPolicy, QuadrupedAdapter, resolve_policy
+from policyforge.real_robot.arm_adapter import ArmAdapter
+from policyforge.real_robot.deploy import DeployError, ExportedPolicy, QuadrupedAdapter, resolve_policy
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.progress import DeployWatch, Overruns, Verdict, announce, measure_for, overrun_assessment
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 
-ROBOTS = {"go2": "quadruped-walk", "franka": "arm-reach"}
-"""Robots `deploy` drives → the task their policies are trained on."""
+ROBOTS = {"go2": ("quadruped-walk",), "franka": ("arm-reach", "arm-instructed")}
+"""Robots `deploy` drives → the tasks their policies may be trained on (arm-instructed: families that leave the cubes
+where they stand, `arm_adapter.STATIC_FAMILIES`)."""
 ROBOT_FOR_FAMILY = {"arm": "franka", "quadruped": "go2"}
 """The robot a task family's policies deploy to when no robot is named (`infer_robot`): arm tasks to the Franka,
 the arm of the README's deploy journey (`deploy runs/demo`; the UR and Feetech drivers are not deploy targets
@@ -63,7 +65,10 @@ class DeployConfig:
     velocity_command: tuple[float, float, float] = (0.5, 0.0, 0.0)
     """Legged robots: forward, sideways (m/s) and turn (rad/s) command."""
     goal: tuple[float, float, float] = (0.5, 0.0, 0.3)
-    """Arms: the reach goal in the robot's base frame, m."""
+    """Arms: the reach goal in the robot's base frame, m (arm-reach; a scene task's goal is its instruction's)."""
+    scene_seed: int = 0
+    """Arms, tasks with objects (arm-instructed): the seed of the layout and instruction the twin assumes, drawn as the
+    simulator's reset draws them (`arm_adapter`); the cubes must stand where the announcement says."""
     arm_mode: str = "joint"
     """Arms: "joint" (joint targets from the simulator's IK) or "cartesian" (end-effector targets)."""
     interface: str = "lo"
@@ -231,7 +236,7 @@ class Deployment:
 def infer_robot(task: str | None) -> str:
     """The robot that runs policies of `task` when none is named: the robot of that task (`ROBOTS`), else of its
     family (`ROBOT_FOR_FAMILY`: `arm-*`, `quadruped-*`); ConfigError naming the choices for any other task."""
-    exact = [robot for robot, robot_task in ROBOTS.items() if robot_task == task]
+    exact = [robot for robot, tasks in ROBOTS.items() if task in tasks]
     robot = exact[0] if len(exact) == 1 else ROBOT_FOR_FAMILY.get(str(task).split("-")[0])
     if robot is None:
         raise ConfigError(
@@ -251,11 +256,10 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
     task = policy.spec.get("task")
     inferred = config.robot is None
     config = dataclasses.replace(config, robot=config.robot or infer_robot(task))
-    if task != ROBOTS[config.robot]:
+    if task not in ROBOTS[config.robot]:
         how = f" (inferred from the task {task!r}: no robot runs it yet)" if inferred else ""
-        raise ConfigError(
-            "robot", f"{config.robot} runs {ROBOTS[config.robot]} policies{how}; this one is for {task!r}"
-        )
+        runs = ", ".join(ROBOTS[config.robot])
+        raise ConfigError("robot", f"{config.robot} runs {runs} policies{how}; this one is for {task!r}")
     check(
         not config.expect_reach or config.robot != "go2",
         "expect_reach",
@@ -299,7 +303,7 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
         if final.ee_pos is not None:  # arms: where the robot says its end effector ended
             facts = {
                 "ee_pos": final.ee_pos.tolist(),
-                "goal_distance": float(np.linalg.norm(final.ee_pos - config.goal)),
+                "goal_distance": float(np.linalg.norm(final.ee_pos - adapter.goal)),
             }
         if facts_path is not None and config.robot == "go2":
             time.sleep(0.2)  # the peer writes its facts ten times a second
@@ -343,11 +347,11 @@ def _check_before_connecting(config: DeployConfig, policy: ExportedPolicy, adapt
                 "otherwise its controller fights the low-level commands",
             )
     elif spec.workspace_low is not None:
-        goal = np.asarray(config.goal)
+        goal = adapter.goal
         check(
             bool(np.all(goal >= spec.workspace_low) and np.all(goal <= spec.workspace_high)),
-            "goal",
-            f"{tuple(config.goal)} is outside the {spec.name} workspace box {spec.workspace_low.tolist()} – "
+            "goal" if not adapter.has_scene else "scene_seed",
+            f"{tuple(goal.round(3).tolist())} is outside the {spec.name} workspace box {spec.workspace_low.tolist()} – "
             f"{spec.workspace_high.tolist()} m",
         )
 
@@ -370,7 +374,12 @@ def _robot_and_adapter(config: DeployConfig, policy: ExportedPolicy, domain: int
     host = "127.0.0.1" if config.peer else config.host
     franka = FrankaConfig(host=host, mode=config.arm_mode, realtime=config.peer is None, rate_hz=policy_rate)
     adapter = ArmAdapter(
-        policy.spec["task"], options, np.asarray(config.goal), cartesian=config.arm_mode == "cartesian"
+        policy.spec["task"],
+        options,
+        np.asarray(config.goal),
+        cartesian=config.arm_mode == "cartesian",
+        obs_key=policy.obs_key,
+        scene_seed=config.scene_seed,
     )
     safety = dataclasses.replace(config.safety, **FRANKA_SAFETY)
     return Franka(franka), adapter, safety, policy_rate

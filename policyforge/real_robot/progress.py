@@ -240,7 +240,7 @@ def measure_for(config: DeployConfig, adapter, read: Callable[[], dict] | None) 
     distance; a quadruped's velocity against its command."""
     if config.robot == "go2":
         return VelocityTracking(config.velocity_command, read, adapter.task.tracking_sigma)
-    return ArmGoal(np.asarray(config.goal), adapter.task.config.success_threshold)
+    return ArmGoal(adapter.goal, adapter.success_distance)
 
 
 def announce(config: DeployConfig, task: str, adapter, inferred: bool, loop: LoopConfig, say) -> None:
@@ -255,11 +255,13 @@ def announce(config: DeployConfig, task: str, adapter, inferred: bool, loop: Loo
         vx, vy, yaw = config.velocity_command
         say(f"command: vx {vx:g} m/s, vy {vy:g} m/s, yaw rate {yaw:g} rad/s (base frame)")
     else:
-        tolerance = adapter.task.config.success_threshold
+        for line in adapter.scene_lines():
+            say(f"scene (--scene-seed {config.scene_seed}): {line}")
+        tolerance, which = adapter.success_distance, "touch_distance" if adapter.has_scene else "success_threshold"
         say(
-            "goal: ({:.3f}, {:.3f}, {:.3f}) m in the base frame, ".format(*config.goal)
+            "goal: ({:.3f}, {:.3f}, {:.3f}) m in the base frame, ".format(*adapter.goal)
             + f"{config.arm_mode} targets; reached when the end effector ends within {tolerance * 100:g} cm "
-            "(the task's success_threshold)"
+            f"(the task's {which})"
         )
     say(f"run: {loop.prepare_seconds:g} s to the ready pose, then the policy for {loop.seconds:g} s")
 

@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from policyforge.real_robot.deploy import ArmAdapter, ExportedPolicy
+from policyforge.real_robot.arm_adapter import ArmAdapter
+from policyforge.real_robot.deploy import ExportedPolicy
 from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
 from policyforge.real_robot.launch import simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig

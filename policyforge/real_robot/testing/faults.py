@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from policyforge.real_robot.deploy import ArmAdapter, ExportedPolicy, QuadrupedAdapter
+from policyforge.real_robot.arm_adapter import ArmAdapter
+from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.feetech import (
     RAD_PER_STEP,
     SO100_MOTORS,
