@@ -29,12 +29,14 @@ from rich.console import Console
 from rich.table import Table
 
 from policyforge import config as config_io
+from policyforge.algos.checkpoint import resolve
 from policyforge.algos.distill_command import decision_ms, distill_config, evaluate_run
 from policyforge.algos.logger import read_metrics
 from policyforge.algos.ppo_config import PPOConfig
 from policyforge.algos.runner import RunConfig, Runner, load_run
 from policyforge.cli import find_recipe
 from policyforge.io import write_json
+from policyforge.policies.export import file_sha256
 
 STUDENTS = ("bc", "dagger", "rpd", "ppo_only")
 """The methods compared per family: distillation modes, and PPO alone on the student."""
@@ -65,22 +67,30 @@ def steps_to(run_dir: Path, success: float) -> int | None:
     return None
 
 
+SPLIT = {"sim": "perf/sim_s", "teacher": "perf/teacher_s", "student": "perf/act_s", "update": "perf/update_s"}
+"""Where a student run's training time went (summed over its iterations): the simulator (and any images it renders
+each step), the teacher (its decisions and the frames rendered for them on request), the student acting, updates."""
+
+
 def train_student(config: RunConfig, teacher_success: float) -> dict[str, Any]:
     runner = Runner.start(config, Console(quiet=True))
     started = time.perf_counter()
     summary = runner.train()
     runner.close()
+    records = read_metrics(runner.run_dir)
     return {
         "success": summary["eval/success"],
         "steps_to_teacher": steps_to(runner.run_dir, teacher_success),
         "wall_s": time.perf_counter() - started,
         "env_steps": summary["env_steps"],
+        "split_s": {part: sum(r.get(key, 0.0) for r in records) for part, key in SPLIT.items()},
     }
 
 
 def cached(args: argparse.Namespace, name: str, compute, *inputs) -> dict[str, Any]:
     """`compute(*inputs)`, or an earlier invocation's result at the same sizes (OUT/results/<name>.json)."""
     sizes = {"steps": args.steps, "eval_every": args.eval_every, "walk_steps": args.walk_steps}
+    sizes["teacher"] = args.teacher_sha  # another teacher (retrained, another run) is another table
     path = args.out / "results" / f"{name}.json"
     if path.is_file():
         kept = json.loads(path.read_text())
@@ -107,7 +117,10 @@ def family_rows(args: argparse.Namespace, family: str, console: Console) -> dict
             name = f"{family}-{method}-s{seed}"
             result = cached(args, name, train_student, config, teacher["eval/success"])
             rows.setdefault(method, []).append(result)
-            console.print(f"{family} seed {seed} {method}: success {result['success']:.0%} ({result['wall_s']:.0f} s)")
+            split = ", ".join(f"{part} {seconds:.0f}" for part, seconds in result.get("split_s", {}).items())
+            console.print(
+                f"{family} seed {seed} {method}: success {result['success']:.0%} ({result['wall_s']:.0f} s: {split})"
+            )
     return rows
 
 
@@ -169,6 +182,7 @@ def main() -> None:
     parser.add_argument("--walk-steps", type=int, default=2_000_000)
     parser.add_argument("--out", type=Path, default=Path("bench/results/distill"))
     args = parser.parse_args()
+    args.teacher_sha = file_sha256(resolve(args.teacher, "best"))[:16]
     torch.set_num_threads(1)  # as training runs (runner.torch_threads): latencies and evaluations alike
     console = Console(width=170)
     table_rows = {family: family_rows(args, family, console) for family in args.families}

@@ -67,7 +67,7 @@ def test_images_rendered_on_request_are_the_observations_every_step_rendering_gi
         assert subset.max() <= 1 and subset.float().mean() < 0.01  # another tile of the buffer: ±1 level in places
     with pytest.raises(ValueError, match=r"env ids \[3\] are out of range"):
         lazy.images([3])
-    with pytest.raises(ValueError, match="render.*give every_step or on_request"):
+    with pytest.raises(ValueError, match=r"render.*give every_step or on_request"):
         ImageConfig(cameras=["front"], render="sometimes")
     without = make_env(SimConfig(task="arm-reach", num_envs=1))
     with pytest.raises(RuntimeError, match="renders no image observations"):
