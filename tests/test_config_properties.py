@@ -50,7 +50,8 @@ class Leaf:
     path: str
     """Dotted path from the root config, e.g. `algo.gamma`, `sim.task_options.max_speed`."""
     kind: str
-    """`int`, `float`, `range` ([low, high] floats), `sizes` (a list of ints) or `weights` (name → float)."""
+    """`int`, `float`, `range` ([low, high] floats), `sizes` (a list of ints), `indices` (camera indices) or
+    `weights` (name → float)."""
     default: Any
     """The dataclass default (None for optional fields off by default)."""
     root: type = RunConfig
@@ -91,6 +92,7 @@ def numeric_fields(cls: type, prefix: str = "") -> Iterator[tuple[str, str, Any]
         if dataclasses.is_dataclass(tp) or isinstance(getattr(instance, field.name), Tagged):
             yield from numeric_fields(type(getattr(instance, field.name)), f"{prefix}{field.name}.")
         elif kind := _kind(tp):
+            kind = "indices" if field.name == "views" else kind  # camera indices: 0 is one, [] is all
             yield f"{prefix}{field.name}", kind, getattr(instance, field.name)
 
 
@@ -305,6 +307,7 @@ NEVER_VALID = {
     "int": (-1, -(2**62)),
     "range": ([math.nan, 1.0], [1.0, math.inf], [-math.inf, 1.0], [2.0, 1.0], [1e300, 1e301]),
     "sizes": ([0], [-1], [16, 0], [2**62]),
+    "indices": ([-1], [2**62], [0, 0]),
     "weights": ({"tracking_lin_vel": math.nan}, {"tracking_lin_vel": math.inf}),
 }
 """Values no field of a kind may accept: non-finite numbers (in float32), negative counts, reversed ranges, layers of
@@ -314,6 +317,7 @@ HOSTILE = {
     "int": HOSTILE_INTS,
     "range": (*NEVER_VALID["range"], [-1.0, 1.0], [0.0, 0.0], [1e-300, 1.0]),
     "sizes": (*NEVER_VALID["sizes"], []),
+    "indices": (*NEVER_VALID["indices"], [], [0]),
     "weights": tuple({"tracking_lin_vel": value} for value in HOSTILE_FLOATS),
 }
 """Hostile values of each kind of leaf, every one tried at load for every leaf."""
@@ -341,6 +345,8 @@ def values_for(kind: str, usual: Any) -> st.SearchStrategy[Any]:
         low, high = usual if usual is not None else (0.5, 1.5)
         either = st.tuples(float_values(low), float_values(high)).map(list)
         return st.one_of(st.just([high, low]), either, st.tuples(float_values(low), st.just(high)).map(list))
+    if kind == "indices":
+        return st.one_of(st.just([]), st.lists(st.sampled_from(HOSTILE_INTS[:2]), max_size=2))
     if kind == "sizes":
         usual = usual or [16]
         entry = int_values(usual[0])

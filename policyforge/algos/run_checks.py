@@ -18,6 +18,14 @@ def check_sections(config: RunConfig) -> None:
     if config.sim.image.cameras and not config.policy.reads_images and not config.algo.runs_a_teacher:
         why = f"the {config.policy.tag} policy reads states only: use a diffusion, flow or VLA policy, or no cameras"
         check(False, "sim.image.cameras", why)
+    views = getattr(getattr(config.policy, "encoder", None), "views", [])
+    if views:
+        cameras = config.sim.image.cameras
+        check(
+            max(views) < len(cameras),
+            "policy.encoder.views",
+            f"sim.image.cameras has {len(cameras)} cameras (indices 0..{len(cameras) - 1}), got views {views}",
+        )
     if config.sim.image.cameras and config.sim.image.render == "on_request" and config.policy.reads_images:
         why = f"the {config.policy.tag} policy reads the images every step: give sim.image.render=every_step"
         check(False, "sim.image.render", why)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from policyforge.config import check, check_in
+from policyforge.config import ConfigError, check, check_in
 from policyforge.policies.networks import MAX_WIDTH, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
@@ -41,6 +41,9 @@ class EncoderConfig:
     """Channels of the image CNN."""
     random_shift: int = 4
     """Random-shift augmentation while training: pad by this many pixels and crop back (0: off)."""
+    views: list[int] = dataclasses.field(default_factory=list)
+    """Which of the env's cameras (indices into sim.image.cameras) the policy sees; empty: all of them. E.g. [1] for
+    a student that sees only the wrist camera of a teacher's [task, wrist]."""
 
     def __post_init__(self) -> None:
         check_in(self.state_features, "state_features", f"[0, {MAX_WIDTH}]", "0: the flattened state")
@@ -48,6 +51,8 @@ class EncoderConfig:
         check_in(self.image_channels, "image_channels", f"[8, {MAX_CHANNELS}]", "its GroupNorm has 8 groups")
         check(self.image_channels % 8 == 0, "image_channels", f"must be a multiple of 8, got {self.image_channels}")
         check_in(self.random_shift, "random_shift", f"[0, {MAX_SHIFT}]", unit=" px")
+        check(len(set(self.views)) == len(self.views), "views", f"must be distinct camera indices, got {self.views}")
+        check(all(view >= 0 for view in self.views), "views", f"camera indices count from 0, got {self.views}")
 
 
 class _ResidualConv(nn.Module):
@@ -116,10 +121,12 @@ class ObservationEncoder(nn.Module):
         self.normalizer = RunningNormalizer(state_dim, enabled=config.normalize_state)
         history_dim = n_obs_steps * state_dim
         self.state = mlp(history_dim, [256], config.state_features, "mish") if config.state_features else None
-        self.image = None
+        self.image, self.views = None, list(config.views)
         views = 0
         if image_shape is not None:
-            views = image_shape[0]
+            if any(not 0 <= view < image_shape[0] for view in self.views):
+                raise ConfigError("encoder.views", f"the env has {image_shape[0]} cameras, got views {self.views}")
+            views = len(self.views) or image_shape[0]
             self.image = ImageEncoder(config.image_channels, config.image_features, config.random_shift)
         state_out = config.state_features or history_dim
         self.out_dim = state_out + n_obs_steps * views * config.image_features
@@ -132,5 +139,7 @@ class ObservationEncoder(nn.Module):
             if image is None:
                 raise ValueError("this policy reads image observations: pass obs['image'] (sim.image.cameras)")
             b = image.shape[0]
+            if self.views:
+                image = image[:, :, self.views]
             parts.append(self.image(image.flatten(0, 2)).view(b, -1))
         return torch.cat(parts, dim=-1)

@@ -74,3 +74,23 @@ def test_the_distill_recipe_renders_the_teachers_cameras_on_request(tmp_path):
     assert student.sim.image.render == "on_request" and teacher.sim.image.render == "every_step"
     assert (student.sim.image.cameras, student.sim.image.width) == (["task", "wrist"], 32)  # the teacher's cameras
     assert student.sim.task_options["families"] == ["touch"] and student.sim.num_envs == 32
+
+
+def test_a_student_sees_only_the_views_it_names():
+    """`encoder.views: [1]`: the wrist camera of a [front, wrist] pair; the other view does not change its actions."""
+    image = ImageConfig(cameras=["front", "wrist"], width=24, height=24)
+    env = make_env(SimConfig(task="arm-reach", num_envs=2, image=image))
+    spec = EnvSpec(env.obs_shapes, env.action_dim)
+    chunk = {"n_obs_steps": 1, "horizon": 4, "act_steps": 2}
+    torch.manual_seed(0)
+    student = from_dict(FlowConfig, {"chunk": chunk, "encoder": {**ENCODER, "views": [1]}, "steps": 2}).build(spec)
+    obs = env.reset(seed=0)
+    inputs = {"policy": obs["policy"][:, None], "image": obs["image"][:, None]}
+    changed = {**inputs, "image": inputs["image"].clone()}
+    changed["image"][:, :, 0] = 255 - changed["image"][:, :, 0]  # another front view
+    torch.testing.assert_close(student.act(changed), student.act(inputs), rtol=0, atol=0)
+    changed["image"][:, :, 1] = 255 - changed["image"][:, :, 1]  # another wrist view
+    assert not torch.allclose(student.act(changed), student.act(inputs))
+    with pytest.raises(ConfigError, match=r"encoder.views: the env has 2 cameras, got views \[2\]"):
+        from_dict(FlowConfig, {"chunk": chunk, "encoder": {**ENCODER, "views": [2]}}).build(spec)
+    env.close()
