@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from policyforge.algos.base import Algorithm, StepCallback, select
-from policyforge.algos.ppo import PPO, check_run, normalizer_default, train_only_last_steps
-from policyforge.algos.ppo_config import PPOConfig
+from policyforge.algos.ppo import PPO
+from policyforge.algos.ppo_config import PPOConfig, check_run, normalizer_default, train_only_last_steps
 from policyforge.algos.registry import AlgorithmEntry, register_algorithm
 from policyforge.algos.replay import CircularBuffer
 from policyforge.algos.teacher import TeacherLabels, load_teacher

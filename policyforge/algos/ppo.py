@@ -26,10 +26,10 @@ from torch import nn
 
 from policyforge.algos.base import Algorithm, StepCallback, select
 from policyforge.algos.gae import gae, group_relative_advantages
-from policyforge.algos.ppo_config import PPOConfig
+from policyforge.algos.ppo_config import PPOConfig, check_run, normalizer_default, train_only_last_steps
 from policyforge.algos.registry import AlgorithmEntry, register_algorithm
 from policyforge.algos.teacher import TeacherLabels
-from policyforge.config import ConfigError, check, check_in
+from policyforge.config import check
 from policyforge.policies.base import Chain, Obs, Policy
 from policyforge.policies.critics import ValueFunction
 from policyforge.policies.normalizer import ReturnScaler
@@ -386,40 +386,6 @@ def construct_ppo(config: RunConfig, env: VecEnv, policy: Policy) -> PPO:
     iterations = math.ceil(config.runner.total_env_steps / steps_per_iteration)
     critic_dim = env.obs_shapes[ppo.critic_obs_key][0]
     return PPO(policy, critic_dim, env.num_envs, ppo, iterations)
-
-
-def train_only_last_steps(config: RunConfig, policy: Policy) -> None:
-    """`algo.trainable_steps`: the earlier steps of the policy's chain run a frozen copy (DPPO's K')."""
-    if config.algo.trainable_steps is not None:
-        try:
-            policy.train_only_last_steps(config.algo.trainable_steps)
-        except ValueError as err:
-            raise ConfigError("algo.trainable_steps", str(err)) from None
-
-
-def check_run(config: RunConfig) -> None:
-    """Settings of the policy section that PPO's rescoring, minibatches or trainable steps rule out."""
-    ppo: PPOConfig = config.algo
-    decisions = config.sim.num_envs * ppo.rollout_steps
-    check_in(ppo.minibatches, "algo.minibatches", f"[1, sim.num_envs × algo.rollout_steps={decisions}]")
-    try:
-        config.policy.check_for_rl()
-    except ConfigError as err:
-        raise ConfigError(f"policy.{err.path}", err.reason) from None
-    if ppo.trainable_steps is not None:
-        steps, field = config.policy.chain_steps(), config.policy.steps_field
-        if not field:
-            why = f"a {config.policy.tag} policy's chain has a single stochastic step; null: every step"
-            check_in(ppo.trainable_steps, "algo.trainable_steps", "[1, 1]", why)
-        else:
-            check_in(ppo.trainable_steps, "algo.trainable_steps", f"[1, policy.{field}={steps}]", "or null: every step")
-
-
-def normalizer_default(config: RunConfig) -> None:
-    """`algo.update_policy_normalizer: null`: a new part's statistics start empty and follow the rollouts; a loaded
-    policy's (init_policy, not just a residual's base) stay as trained."""
-    if config.algo.update_policy_normalizer is None:
-        config.algo.update_policy_normalizer = not config.init_policy or bool(config.policy.pretrained_part)
 
 
 register_algorithm(

@@ -1,13 +1,19 @@
-"""PPO's hyper-parameters, including the options that make it DPPO, ReinFlow, Flow-SDE/GRPO or residual RL."""
+"""PPO's hyper-parameters, including the options that make it DPPO, ReinFlow, Flow-SDE/GRPO or residual RL, and
+the checks and defaults a run applies to them at load (its registry entry's `check`, `fill_defaults` and
+`prepare_policy`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from policyforge.algos.registry import AlgoConfig
-from policyforge.config import check, check_bounds, check_in, check_sizes
+from policyforge.config import ConfigError, check, check_bounds, check_in, check_sizes
 from policyforge.policies.networks import MAX_WIDTH, Activation
+
+if TYPE_CHECKING:
+    from policyforge.algos.runner import RunConfig
+    from policyforge.policies.base import Policy
 
 MAX_ROLLOUT_STEPS = 10_000
 """Most decisions per env per iteration: 10× the longest episode of any task here (quadruped-walk: 1000 steps);
@@ -117,3 +123,37 @@ class PPOConfig(AlgoConfig):
         check_in(self.trainable_steps, "trainable_steps", "[1, inf)", "or null: every step")
         check_in(self.bc_coef, "bc_coef", f"[0, {MAX_LOSS_WEIGHT:g}]")
         check_in(self.group_size, "group_size", "[2, inf)", "episodes to compare")
+
+
+def train_only_last_steps(config: RunConfig, policy: Policy) -> None:
+    """`algo.trainable_steps`: the earlier steps of the policy's chain run a frozen copy (DPPO's K')."""
+    if config.algo.trainable_steps is not None:
+        try:
+            policy.train_only_last_steps(config.algo.trainable_steps)
+        except ValueError as err:
+            raise ConfigError("algo.trainable_steps", str(err)) from None
+
+
+def check_run(config: RunConfig) -> None:
+    """Settings of the policy section that PPO's rescoring, minibatches or trainable steps rule out."""
+    ppo: PPOConfig = config.algo
+    decisions = config.sim.num_envs * ppo.rollout_steps
+    check_in(ppo.minibatches, "algo.minibatches", f"[1, sim.num_envs × algo.rollout_steps={decisions}]")
+    try:
+        config.policy.check_for_rl()
+    except ConfigError as err:
+        raise ConfigError(f"policy.{err.path}", err.reason) from None
+    if ppo.trainable_steps is not None:
+        steps, field = config.policy.chain_steps(), config.policy.steps_field
+        if not field:
+            why = f"a {config.policy.tag} policy's chain has a single stochastic step; null: every step"
+            check_in(ppo.trainable_steps, "algo.trainable_steps", "[1, 1]", why)
+        else:
+            check_in(ppo.trainable_steps, "algo.trainable_steps", f"[1, policy.{field}={steps}]", "or null: every step")
+
+
+def normalizer_default(config: RunConfig) -> None:
+    """`algo.update_policy_normalizer: null`: a new part's statistics start empty and follow the rollouts; a loaded
+    policy's (init_policy, not just a residual's base) stay as trained."""
+    if config.algo.update_policy_normalizer is None:
+        config.algo.update_policy_normalizer = not config.init_policy or bool(config.policy.pretrained_part)
