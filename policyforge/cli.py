@@ -36,7 +36,8 @@ from rich.table import Table
 
 from policyforge.algos import distill_command
 from policyforge.algos.interrupt import INTERRUPT_EXIT
-from policyforge.config import ConfigError, commented, load
+from policyforge.config import ConfigError, load
+from policyforge.config_docs import commented
 from policyforge.errors import DISK_FULL, UserError
 from policyforge.real_robot import deploy_cli
 from policyforge.real_robot.deploy_cli import ESTOP_EXIT, NOT_REACHED_EXIT

@@ -205,7 +205,8 @@ def test_config_show_prints_the_resolved_config_with_every_docstring(capsys):
 
     from policyforge.algos.ppo_config import PPOConfig
     from policyforge.algos.runner import RunConfig
-    from policyforge.config import field_docs, from_dict, load
+    from policyforge.config import from_dict, load
+    from policyforge.config_docs import field_docs
     from policyforge.sims import SimConfig
 
     assert main(["config", "show", "arm-reach-ppo", "sim.num_envs=8", "algo.gamma=0.97"]) == 0

@@ -7,7 +7,8 @@ import pytest
 
 from policyforge.algos.ppo_config import PPOConfig
 from policyforge.algos.runner import RunConfig, RunnerConfig
-from policyforge.config import ConfigError, field_docs, from_dict, load, to_dict
+from policyforge.config import ConfigError, from_dict, load, to_dict
+from policyforge.config_docs import field_docs
 from policyforge.sims import SimConfig
 
 RECIPE = """\
