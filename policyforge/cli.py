@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
-import re
 import runpy
 import sys
 from collections.abc import Callable
@@ -201,64 +200,9 @@ def _tour(args: argparse.Namespace, console: Console) -> None:
     run_tour(load(TourConfig, args.config, args.overrides), console)
 
 
-COLLECT_FLAGS = {
-    "sim.task": "task",
-    "episodes": "--episodes",
-    "num_envs": "--envs",
-    "seed": "--seed",
-    "action_noise": "--noise",
-    "hesitation": "--hesitation",
-    "cameras": "--cameras",
-    "image_size": "--image-size",
-    "image_quality": "--image-quality",
-    "out": "--out",
-    "overwrite": "--overwrite",
-    "only_successful": "--only-successful",
-    "policy": "--policy",
-}
-"""collect()'s argument names → the flags that set them, for error messages."""
-
-
 INSTRUCTION_SETS = ("train", "heldout_paraphrase", "heldout_combination", "all")
 """`eval --instructions`: the instruction sets of arm-instructed (`sims.tasks.instructions.InstructionSet`, not
 imported here: the command line starts without the simulators)."""
-
-
-def _collect(args: argparse.Namespace, console: Console) -> None:
-    from policyforge.config import apply_overrides
-    from policyforge.data.collect import collect
-
-    size = re.fullmatch(r"(\d+)(?:x(\d+))?", args.image_size)
-    if not size:
-        raise ConfigError(
-            "--image-size", f"give SIZE or WIDTHxHEIGHT in pixels, e.g. 96 or 128x96; got {args.image_size!r}"
-        )
-    width, height = int(size[1]), int(size[2] or size[1])
-    out = Path(args.out) if args.out else Path("data") / args.task
-    try:
-        summary = collect(
-            args.task,
-            args.episodes,
-            out,
-            num_envs=args.envs,
-            seed=args.seed,
-            action_noise=args.noise,
-            hesitation=args.hesitation,
-            cameras=[c.strip() for c in args.cameras.split(",") if c.strip()],
-            image_size=(height, width),
-            image_quality=args.image_quality,
-            only_successful=args.only_successful,
-            task_options=apply_overrides({}, args.options),
-            overwrite=args.overwrite,
-            console=console,
-            policy=args.policy,
-        )
-    except ConfigError as err:
-        raise ConfigError(COLLECT_FLAGS.get(err.path, err.path), err.reason) from None
-    console.print(
-        f"wrote {summary['episodes']} episodes ({summary['frames']:,} frames, success {summary['success_rate']:.0%}) "
-        f"in {summary['seconds']:.1f} s → {out} (LeRobotDataset v3.0, {summary['dataset_episodes']} episodes)"
-    )
 
 
 def _library(command: str) -> Callable[[argparse.Namespace, Console], int | None]:
@@ -357,7 +301,7 @@ def _parser() -> argparse.ArgumentParser:
     collecting.add_argument(
         "--policy", default=None, help="a training run directory whose policy demonstrates (e.g. a PPO expert)"
     )
-    collecting.set_defaults(run=_collect)
+    collecting.set_defaults(run=_library("policyforge.data.collect_cli:command"))
     deploy_cli.add_parser(commands)
     distill_command.add_parser(commands)
     playing = commands.add_parser("play", help="watch a run's policy: the MuJoCo viewer with a display, else a video")
