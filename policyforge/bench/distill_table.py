@@ -87,10 +87,12 @@ def train_student(config: RunConfig, teacher_success: float) -> dict[str, Any]:
     }
 
 
-def cached(args: argparse.Namespace, name: str, compute, *inputs) -> dict[str, Any]:
-    """`compute(*inputs)`, or an earlier invocation's result at the same sizes (OUT/results/<name>.json)."""
+def cached(args: argparse.Namespace, name: str, compute, *inputs, of_the_vla: bool = True) -> dict[str, Any]:
+    """`compute(*inputs)`, or an earlier invocation's result at the same sizes (OUT/results/<name>.json) and, for
+    results `of_the_vla` (all but the walking row), the same VLA teacher checkpoint."""
     sizes = {"steps": args.steps, "eval_every": args.eval_every, "walk_steps": args.walk_steps}
-    sizes["teacher"] = args.teacher_sha  # another teacher (retrained, another run) is another table
+    if of_the_vla:
+        sizes["teacher"] = args.teacher_sha  # another teacher (retrained, another run) is another table
     path = args.out / "results" / f"{name}.json"
     if path.is_file():
         kept = json.loads(path.read_text())
@@ -189,7 +191,7 @@ def main() -> None:
     print_table(console, table_rows)
     students = [student_ms(student_config(args, args.families[0], "rpd", args.seeds[0]))]
     teacher_ms = decision_ms_of(args.teacher)  # side by side, after the runs: the same load on the machine
-    walk = cached(args, "walk", walk_row, args) if args.walk_teacher is not None else None
+    walk = cached(args, "walk", walk_row, args, of_the_vla=False) if args.walk_teacher is not None else None
     if walk is not None:
         console.print(f"quadruped-walk: teacher {walk['teacher_error']:.3f} m/s, student {walk['student_error']:.3f}")
     console.print(f"batch-1 decision: student {students[0]:.3f} ms, teacher {teacher_ms:.1f} ms")
