@@ -1,5 +1,5 @@
 """bench/distill_table.py's runs: the four students of a family differ only in their algorithm (PPO alone keeps only
-PPO's settings and renders nothing), and the env steps to reach the teacher come from the run's evaluations."""
+PPO's settings and renders nothing; RPD and PPO alone explore with a smaller initial std), and the env steps to reach the teacher come from the run's evaluations."""
 
 import argparse
 import json
@@ -25,11 +25,14 @@ def test_a_familys_students_differ_only_in_their_algorithm(tmp_path):
             config.runner.total_env_steps == 51_200
             and config.run_dir == tmp_path / "table" / "runs" / f"touch-{method}-s2"
         )
-        assert config_io.to_dict(config.policy) == config_io.to_dict(configs["rpd"].policy)
+        architecture = {k: v for k, v in config_io.to_dict(config.policy).items() if k != "init_std"}
+        assert architecture == {k: v for k, v in config_io.to_dict(configs["rpd"].policy).items() if k != "init_std"}
         assert config.sim.task_options["reward_type"] == "sparse"
     assert configs["rpd"].algo.teacher == str(teacher) and configs["rpd"].sim.image.cameras == ["task", "wrist"]
     assert configs["ppo_only"].sim.image.cameras == []
     assert configs["ppo_only"].algo.actor_lr == configs["rpd"].algo.actor_lr
+    assert configs["rpd"].policy.init_std == configs["ppo_only"].policy.init_std == 0.1  # RPD_SETTINGS
+    assert configs["dagger"].policy.init_std == 0.5 and configs["rpd"].algo.distill_coef == 5
 
 
 def test_steps_to_the_teachers_success_read_from_the_evaluations(tmp_path):
