@@ -1,5 +1,6 @@
 """bench/distill_table.py's runs: the four students of a family differ only in their algorithm (PPO alone keeps only
-PPO's settings and renders nothing; RPD and PPO alone explore with a smaller initial std), and the env steps to reach the teacher come from the run's evaluations."""
+PPO's settings and renders nothing; RPD and PPO alone explore with a smaller initial std), and the env steps to reach
+the teacher come from the run's evaluations."""
 
 import argparse
 import json

@@ -66,13 +66,17 @@ class ArmAdapter:
         config = self.task.config
         return float(config.touch_distance if self.has_scene else config.success_threshold)
 
+    def scene_cubes(self) -> np.ndarray:
+        """Where the scene's cubes stand [3, 3] (m, base frame; `instructions.CUBE_COLOURS` order)."""
+        return self.task.cubes(self._twin_state(self._scratch), np)[0]
+
     def scene_lines(self) -> list[str]:
         """What the scene is, for the operator to set up: the instruction and where each cube stands."""
         if not self.has_scene:
             return []
         from policyforge.sims.tasks import instructions as language
 
-        cubes = self.task.cubes(self._twin_state(self._scratch), np)[0]
+        cubes = self.scene_cubes()
         where = ", ".join(
             f"{colour} ({x:.3f}, {y:.3f}, {z:.3f})"
             for colour, (x, y, z) in zip(language.CUBE_COLOURS, cubes, strict=True)

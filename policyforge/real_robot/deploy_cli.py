@@ -25,6 +25,8 @@ DEPLOY_FLAGS = {
     "velocity_command": "--command",
     "goal": "--goal",
     "scene_seed": "--scene-seed",
+    "workspace_floor": "--workspace-floor",
+    "workspace_low_z": "--workspace-floor",
     "arm_mode": "--mode",
     "host": "--host",
     "interface": "--interface",
@@ -62,6 +64,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     deploying.add_argument("--seconds", type=float, default=10.0, help="how long the policy runs")
     deploying.add_argument("--command", default="0.5,0,0", help="velocity command vx,vy,yaw_rate (legged robots)")
     deploying.add_argument("--goal", default="0.5,0,0.3", help="arms: reach goal x,y,z in the base frame (m)")
+    deploying.add_argument(
+        "--workspace-floor",
+        type=float,
+        default=None,
+        help="arms: the lowest end-effector target, m in the base frame (default: the robot's box; Franka 0.10)",
+    )
     deploying.add_argument(
         "--scene-seed",
         type=int,
@@ -104,6 +112,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             velocity_command=command,
             goal=goal,
             scene_seed=args.scene_seed,
+            workspace_floor=args.workspace_floor,
             arm_mode=args.mode,
             host=args.host,
             interface=args.interface,

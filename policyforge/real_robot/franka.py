@@ -12,12 +12,14 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import threading
 import time
 from typing import Literal
 
 import numpy as np
 
+from policyforge.config import check
 from policyforge.real_robot import netbind
 from policyforge.real_robot.realtime import scheduling_kept
 from policyforge.real_robot.robot import Command, Robot, RobotSpec, RobotState
@@ -79,6 +81,15 @@ class FrankaConfig:
     """Require a real-time kernel (hardware); off for franky-sim."""
     rate_hz: float = 25.0
     """Command rate the spec announces (the policy's rate)."""
+    workspace_low_z: float | None = None
+    """The workspace box's floor, m in the base frame (targets stay the safety filter's workspace_margin above it);
+    None: WORKSPACE's 0.05 m, over the table. A task at table height needs it lower (`deploy --workspace-floor`)."""
+
+    def __post_init__(self) -> None:
+        floor = self.workspace_low_z
+        high = float(WORKSPACE[1][2])
+        ok = floor is None or (isinstance(floor, int | float) and math.isfinite(floor) and -0.2 <= floor < high)
+        check(ok, "workspace_low_z", f"must be a height in [-0.2, {high:g}) m of the base frame, got {floor!r}")
 
 
 class Franka(Robot):
@@ -88,6 +99,10 @@ class Franka(Robot):
     def __init__(self, config: FrankaConfig | None = None):
         self.config = config or FrankaConfig()
         self.spec = franka_spec(self.config.rate_hz)
+        if self.config.workspace_low_z is not None:
+            low = self.spec.workspace_low.copy()
+            low[2] = self.config.workspace_low_z
+            self.spec = dataclasses.replace(self.spec, workspace_low=low)
         self.robot = None
         self.stats = {"commands": 0, "motion_errors": 0, "planner_errors": 0}
         self._motion_type: type | None = None

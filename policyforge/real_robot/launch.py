@@ -66,6 +66,10 @@ class DeployConfig:
     """Legged robots: forward, sideways (m/s) and turn (rad/s) command."""
     goal: tuple[float, float, float] = (0.5, 0.0, 0.3)
     """Arms: the reach goal in the robot's base frame, m (arm-reach; a scene task's goal is its instruction's)."""
+    workspace_floor: float | None = None
+    """Arms: the lowest end-effector target allowed, m in the base frame (the table's surface plus a clearance: the
+    workspace box's floor goes the safety margin below it); None: the robot's default box (Franka: targets ≥ 0.10 m).
+    A task at table height (touching a cube: 0.03 m) needs it lowered."""
     scene_seed: int = 0
     """Arms, tasks with objects (arm-instructed): the seed of the layout and instruction the twin assumes, drawn as the
     simulator's reset draws them (`arm_adapter`); the cubes must stand where the announcement says."""
@@ -352,7 +356,12 @@ def _check_before_connecting(config: DeployConfig, policy: ExportedPolicy, adapt
             bool(np.all(goal >= spec.workspace_low) and np.all(goal <= spec.workspace_high)),
             "goal" if not adapter.has_scene else "scene_seed",
             f"{tuple(goal.round(3).tolist())} is outside the {spec.name} workspace box {spec.workspace_low.tolist()} – "
-            f"{spec.workspace_high.tolist()} m",
+            f"{spec.workspace_high.tolist()} m"
+            + (
+                " (a task at table height: lower its floor with --workspace-floor, e.g. 0.01 m over a table at z = 0)"
+                if goal[2] < spec.workspace_low[2]
+                else ""
+            ),
         )
 
 
@@ -371,8 +380,14 @@ def _robot_and_adapter(config: DeployConfig, policy: ExportedPolicy, domain: int
         return Go2(go2), adapter, config.safety, 500.0
     from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
 
-    host = "127.0.0.1" if config.peer else config.host
-    franka = FrankaConfig(host=host, mode=config.arm_mode, realtime=config.peer is None, rate_hz=policy_rate)
+    host, floor = "127.0.0.1" if config.peer else config.host, config.workspace_floor
+    franka = FrankaConfig(
+        host=host,
+        mode=config.arm_mode,
+        realtime=config.peer is None,
+        rate_hz=policy_rate,
+        workspace_low_z=None if floor is None else floor - FRANKA_SAFETY["workspace_margin"],
+    )
     adapter = ArmAdapter(
         policy.spec["task"],
         options,
