@@ -35,6 +35,7 @@ class ArmAdapter:
         cartesian: bool = False,
         obs_key: str = "policy",
         scene_seed: int = 0,
+        instruction: str | None = None,
     ):
         from policyforge.sims.make import make_task
 
@@ -46,7 +47,7 @@ class ArmAdapter:
         self.default_pose = HOME_QPOS.copy()
         self.has_scene = hasattr(self.task, "instruction_rows")  # arm-instructed: cubes, pads and an instruction
         if self.has_scene:
-            self.vars = self._draw_scene(scene_seed)
+            self.vars = self._draw_scene(scene_seed, instruction)
         else:
             self.vars = {
                 k: np.asarray(v) for k, v in self.task.reset_vars(1, np.asarray(goal, float)[None], np).items()
@@ -110,9 +111,9 @@ class ArmAdapter:
         mujoco.mj_kinematics(self.task.model, scratch)
         return scratch.site("tcp").xpos.copy()
 
-    def _draw_scene(self, seed: int) -> dict[str, np.ndarray]:
-        """The layout and instruction of the task's reset with `seed`, put into the twin (and its scratch copy);
-        DeployError for families whose cubes move."""
+    def _draw_scene(self, seed: int, instruction: str | None) -> dict[str, np.ndarray]:
+        """The layout and instruction of the task's reset with `seed` (another `instruction` in its place, with its
+        goal), put into the twin (and its scratch copy); DeployError for families whose cubes move."""
         families = [f for f in getattr(self.task.config, "families", []) if f not in STATIC_FAMILIES]
         if families:
             raise DeployError(
@@ -125,7 +126,30 @@ class ArmAdapter:
             data.qpos[:], data.ctrl[:] = initial.qpos[0], initial.ctrl[0]
             if self.task.model.nmocap:
                 data.mocap_pos[:] = initial.mocap_pos[0]
-        return {k: np.asarray(v) for k, v in initial.vars.items()}
+        scene = {k: np.asarray(v) for k, v in initial.vars.items()}
+        if instruction is not None:
+            scene.update(self._instructed(instruction, initial.qpos, scene["pads"]))
+        return scene
+
+    def _instructed(self, text: str, qpos: np.ndarray, pads: np.ndarray) -> dict[str, np.ndarray]:
+        """The ids of instruction `text` and its goal in the drawn scene (qpos [1, nq], pads [1, 3, 3]); DeployError
+        naming --instruction for a text that is not one of the task's, or of a family the policy was not trained on."""
+        from policyforge.sims.tasks import instructions as language
+
+        try:
+            ids = language.parse(text)
+        except ValueError as err:
+            raise DeployError(f"--instruction: {err}") from None
+        family, families = language.FAMILIES[ids[0]], self.task.config.families
+        if family not in families:
+            raise DeployError(
+                f"--instruction: {text!r} is a {family} instruction; the policy was trained on {families}"
+            )
+        named = {name: np.array([value], dtype=np.int32) for name, value in zip(language.ID_NAMES, ids, strict=True)}
+        start = self.task.cubes_qpos + 7 * ids[1]  # the named cube's free joint: position, then quaternion
+        cube = np.asarray(qpos[:, start : start + 3], dtype=np.float64)
+        goal = self.task.goal(named, cube, pads, np)
+        return {**named, "goal": goal}
 
     def _sync(self, state: RobotState) -> TaskState:
         """The twin at the measured joints (gripper open), as the task's batched state [1, ...]."""

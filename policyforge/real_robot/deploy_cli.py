@@ -25,6 +25,7 @@ DEPLOY_FLAGS = {
     "velocity_command": "--command",
     "goal": "--goal",
     "scene_seed": "--scene-seed",
+    "instruction": "--instruction",
     "workspace_floor": "--workspace-floor",
     "workspace_low_z": "--workspace-floor",
     "arm_mode": "--mode",
@@ -71,6 +72,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="arms: the lowest end-effector target, m in the base frame (default: the robot's box; Franka 0.10)",
     )
     deploying.add_argument(
+        "--instruction",
+        default=None,
+        help="arm-instructed: what the policy is told in the scene, e.g. 'touch the red cube' (default: drawn with it)",
+    )
+    deploying.add_argument(
         "--scene-seed",
         type=int,
         default=0,
@@ -112,6 +118,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             velocity_command=command,
             goal=goal,
             scene_seed=args.scene_seed,
+            instruction=args.instruction,
             workspace_floor=args.workspace_floor,
             arm_mode=args.mode,
             host=args.host,

@@ -71,6 +71,9 @@ class DeployConfig:
     workspace box's floor goes the safety margin below it); None: the robot's default box (Franka: targets ≥ 0.10 m).
     A task at table height (touching a cube: 0.03 m) needs it lowered."""
     scene_seed: int = 0
+    instruction: str | None = None
+    """Arms, tasks with an instruction: the instruction the policy follows in that scene (one of the task's texts, of
+    a family the policy was trained on); None: the one drawn with the scene."""
     """Arms, tasks with objects (arm-instructed): the seed of the layout and instruction the twin assumes, drawn as the
     simulator's reset draws them (`arm_adapter`); the cubes must stand where the announcement says."""
     arm_mode: str = "joint"
@@ -395,6 +398,7 @@ def _robot_and_adapter(config: DeployConfig, policy: ExportedPolicy, domain: int
         cartesian=config.arm_mode == "cartesian",
         obs_key=policy.obs_key,
         scene_seed=config.scene_seed,
+        instruction=config.instruction,
     )
     safety = dataclasses.replace(config.safety, **FRANKA_SAFETY)
     return Franka(franka), adapter, safety, policy_rate

@@ -46,6 +46,24 @@ def test_the_twin_observes_the_scene_as_the_simulator_does():
     env.close()
 
 
+def test_an_instruction_given_at_deploy_takes_the_drawn_ones_place_with_its_goal():
+    drawn = ArmAdapter("arm-instructed", TOUCH, np.zeros(3), obs_key="critic", scene_seed=0)  # 'go to the blue cube'
+    told = ArmAdapter(
+        "arm-instructed", TOUCH, np.zeros(3), obs_key="critic", scene_seed=0, instruction="touch the red cube"
+    )
+    red = language.CUBE_COLOURS.index("red")
+    np.testing.assert_allclose(told.scene_cubes(), drawn.scene_cubes())  # the same layout
+    np.testing.assert_allclose(told.goal, told.scene_cubes()[red] + [0, 0, 0.01], atol=1e-6)
+    assert told.scene_lines()[0] == "instruction: 'touch the red cube'" and int(told.vars["object"][0]) == red
+    state = RobotState(0.0, told.default_pose, np.zeros(7))
+    obs = told.observation(state, np.zeros(told.action_dim))
+    np.testing.assert_allclose(obs[-9:-6], told.goal)  # the student reads the told goal
+    with pytest.raises(DeployError, match=r"--instruction: instruction 'poke the red cube' is not one of"):
+        ArmAdapter("arm-instructed", TOUCH, np.zeros(3), obs_key="critic", instruction="poke the red cube")
+    with pytest.raises(DeployError, match=r"--instruction: 'lift the red cube' is a lift instruction.*\['touch'\]"):
+        ArmAdapter("arm-instructed", TOUCH, np.zeros(3), obs_key="critic", instruction="lift the red cube")
+
+
 def test_families_that_move_the_cubes_are_refused_naming_them():
     with pytest.raises(DeployError, match=r"families \['lift', 'push'\] move the cubes.*\['touch'\]"):
         ArmAdapter("arm-instructed", {"families": ["lift", "push", "touch"]}, np.zeros(3), obs_key="critic")

@@ -173,11 +173,11 @@ class ArmInstructed(ArmTask):
         qpos = xp.concatenate([qpos[:, : self.cubes_qpos], *cubes, qpos[:, self.cubes_qpos + 21 :]], axis=1)
         ids = language.sample_instructions(sampler, n, self.instruction_rows, self.instruction_cdf, xp)
         cube = _select(_one_hot(ids["object"], 3, xp), xp.stack([c[:, :3] for c in cubes], axis=1))
-        goal = self._goal(ids, cube, pads, xp)
+        goal = self.goal(ids, cube, pads, xp)
         vars_ = {**self.reset_vars(n, goal, xp), **ids, "pads": pads}
         return ResetState(qpos, xp.zeros((n, self.model.nv)), ctrl, pads, vars_)
 
-    def _goal(self, ids: dict[str, Array], cube: Array, pads: Array, xp: Xp) -> Array:
+    def goal(self, ids: dict[str, Array], cube: Array, pads: Array, xp: Xp) -> Array:
         """Where the instruction takes the cube (the TCP, for touch), from the cube's start [N, 3]: [N, 3]."""
         lift = cube + xp.asarray([0.0, 0.0, self.config.lift_height])
         zone_centre, zone_half = self._zone(ids, xp)
