@@ -46,6 +46,8 @@ def distill_config(teacher_run: Path, family: str | None, mode: str | None, reci
     if mode is not None:
         algo["mode"] = mode
     name = f"{teacher_run.name}-{family or 'all'}-{algo.get('mode', 'dagger')}"
+    if recipe.stem != RECIPE:  # another student: vla-distill-wrist → ...-dagger-wrist
+        name += f"-{recipe.stem.removeprefix(RECIPE + '-')}"
     data.update({"sim": sim, "algo": algo, "name": data.get("name") or name})
     return config_io.from_dict(RunConfig, config_io.apply_overrides(data, overrides))
 

@@ -74,6 +74,10 @@ def test_the_distill_recipe_renders_the_teachers_cameras_on_request(tmp_path):
     assert student.sim.image.render == "on_request" and teacher.sim.image.render == "every_step"
     assert (student.sim.image.cameras, student.sim.image.width) == (["task", "wrist"], 32)  # the teacher's cameras
     assert student.sim.task_options["families"] == ["touch"] and student.sim.num_envs == 32
+    assert student.name == "vla-touch-dagger"
+    wrist = distill_config(tmp_path / "vla", "touch", None, Path("configs/vla-distill-wrist.yaml"), [])
+    assert wrist.name == "vla-touch-dagger-wrist" and wrist.sim.image.render == "every_step"
+    assert wrist.policy.encoder.views == [1] and wrist.sim.image.cameras == ["task", "wrist"]
 
 
 def test_a_student_sees_only_the_views_it_names():
