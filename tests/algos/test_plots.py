@@ -19,6 +19,7 @@ EXPECTED = {  # the end of a recipe's file name → its method's name
     "vla-ppo": "ReinFlow (VLA)",
     "vla-ppo-flow": "ReinFlow",
     "vla-distill": "DAgger (gaussian student)",
+    "vla-distill-wrist": "DAgger (flow student)",
     "dppo": "DPPO",
     "reinflow": "ReinFlow",
     "flow-sde": "Flow-SDE",
