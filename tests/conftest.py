@@ -18,6 +18,7 @@ torch.set_num_threads(1)
 # test or a test with its parameters; `*` matches anything.
 SLOW = (
     "tests/algos/test_contracts.py::test_a_policy_class_in_one_module_trains_evaluates_exports_and_deploys",
+    "tests/real_robot/test_arm_scene.py::test_a_distilled_student_goes_to_the_instructed_cube_on_the_franka_peer",
     "tests/real_robot/test_deploy.py",
     "tests/real_robot/test_faults.py",
     "tests/real_robot/test_franka.py",
