@@ -128,11 +128,12 @@ class ArmAdapter:
                 data.mocap_pos[:] = initial.mocap_pos[0]
         scene = {k: np.asarray(v) for k, v in initial.vars.items()}
         if instruction is not None:
-            scene.update(self._instructed(instruction, initial.qpos, scene["pads"]))
+            cubes = self.task.cubes(self._twin_state(self._scratch, scene), np)  # [1, 3, 3], the scene just drawn
+            scene.update(self._instructed(instruction, cubes, scene["pads"]))
         return scene
 
-    def _instructed(self, text: str, qpos: np.ndarray, pads: np.ndarray) -> dict[str, np.ndarray]:
-        """The ids of instruction `text` and its goal in the drawn scene (qpos [1, nq], pads [1, 3, 3]); DeployError
+    def _instructed(self, text: str, cubes: np.ndarray, pads: np.ndarray) -> dict[str, np.ndarray]:
+        """The ids of instruction `text` and its goal in the drawn scene (cubes, pads [1, 3, 3]); DeployError
         naming --instruction for a text that is not one of the task's, or of a family the policy was not trained on."""
         from policyforge.sims.tasks import instructions as language
 
@@ -146,9 +147,7 @@ class ArmAdapter:
                 f"--instruction: {text!r} is a {family} instruction; the policy was trained on {families}"
             )
         named = {name: np.array([value], dtype=np.int32) for name, value in zip(language.ID_NAMES, ids, strict=True)}
-        start = self.task.cubes_qpos + 7 * ids[1]  # the named cube's free joint: position, then quaternion
-        cube = np.asarray(qpos[:, start : start + 3], dtype=np.float64)
-        goal = self.task.goal(named, cube, pads, np)
+        goal = self.task.goal(named, cubes[:, ids[1]], pads, np)
         return {**named, "goal": goal}
 
     def _sync(self, state: RobotState) -> TaskState:
@@ -160,9 +159,11 @@ class ArmAdapter:
         self._twin = self._twin_state(self.data)
         return self._twin
 
-    def _twin_state(self, data: mujoco.MjData) -> TaskState:
+    def _twin_state(self, data: mujoco.MjData, task_vars: dict[str, np.ndarray] | None = None) -> TaskState:
+        """`data` (kinematics made current) with the twin's variables (or `task_vars`), as the task's state [1, ...]."""
         mujoco.mj_forward(self.task.model, data)
-        return TaskState({name: np.array(getattr(data, name))[None] for name in self.task.physics_fields}, self.vars)
+        phys = {name: np.array(getattr(data, name))[None] for name in self.task.physics_fields}
+        return TaskState(phys, self.vars if task_vars is None else task_vars)
 
     def _observation_size(self) -> int:
         """D of the task's observations, from the scratch copy of the twin at the home pose (leaves the twin be)."""
