@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -155,6 +156,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if "goal_distance" in facts:
         rows["end effector / distance to goal"] = "({:.3f}, {:.3f}, {:.3f}) m".format(*facts["ee_pos"])
         rows["end effector / distance to goal"] += f" / {facts['goal_distance'] * 100:.1f} cm"
+        reported = facts.get("reported_ee_pos")
+        if reported is not None and math.dist(reported, facts["ee_pos"]) > 0.005:
+            rows["end effector / distance to goal"] += " (the robot reports ({:.3f}, {:.3f}, {:.3f}) m)".format(
+                *reported
+            )
     if "displacement" in facts:
         rows["peer: base moved (x, y)"] = "{:.2f}, {:.2f} m".format(*facts["displacement"])
         rows["peer: unsafe commands"] = str(sum(facts["unsafe"].values()))

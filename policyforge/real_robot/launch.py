@@ -27,7 +27,15 @@ from policyforge.policies.export import saturated_share, saturation_warning
 from policyforge.real_robot.arm_adapter import ArmAdapter
 from policyforge.real_robot.deploy import DeployError, ExportedPolicy, QuadrupedAdapter, resolve_policy
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
-from policyforge.real_robot.progress import DeployWatch, Overruns, Verdict, announce, measure_for, overrun_assessment
+from policyforge.real_robot.progress import (
+    ArmGoal,
+    DeployWatch,
+    Overruns,
+    Verdict,
+    announce,
+    measure_for,
+    overrun_assessment,
+)
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 
 ROBOTS = {"go2": ("quadruped-walk",), "franka": ("arm-reach", "arm-instructed")}
@@ -158,8 +166,9 @@ def simulated_peer(
     of its facts (JSON). `extra_args`: more peer flags (fault injection); `kill_after`: SIGKILL the peer this
     many seconds after its start (the robot's computer dies). Leaving stops it (SIGTERM) and waits for its
     final facts."""
-    if robot == "franka":  # franky-sim: a MuJoCo FR3 serving the libfranka protocol on 127.0.0.1
-        command = [str(Path(sys.executable).with_name("franky-sim")), "-s", "mujoco", "--hostname", "127.0.0.1"]
+    if robot == "franka":  # franky-sim: a MuJoCo FR3 serving the libfranka protocol (O_T_EE mended: franky_peer)
+        command = [sys.executable, "-m", "policyforge.real_robot.peers.franky_peer", "-s", "mujoco"]
+        command += ["--hostname", "127.0.0.1"]
     elif robot == "ur":  # our simulated UR controller: RTDE 30004, dashboard 29999, script port 30003
         command = [sys.executable, "-m", "policyforge.real_robot.peers.rtde_sim", "--stats", str(stats_path)]
         command += list(extra_args)
@@ -231,7 +240,8 @@ class Deployment:
     report: LoopReport
     """The control loop's report."""
     facts: dict
-    """A Go2 peer's final facts; an arm's final end-effector position `ee_pos` and `goal_distance` (m)."""
+    """A Go2 peer's final facts; an arm's final end-effector position `ee_pos` (the twin's kinematics of the measured
+    joints), `goal_distance` (m) and the robot's own `reported_ee_pos`."""
     verdict: Verdict
     """Arms: reached or not (final and closest distance, tolerance); quadrupeds: the velocity tracking error."""
     overruns: Overruns
@@ -307,11 +317,12 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
         if config.record is not None and report.policy_steps:
             _record(config.record, report, policy_rate, task)
         facts = {}
-        if final.ee_pos is not None:  # arms: where the robot says its end effector ended
-            facts = {
-                "ee_pos": final.ee_pos.tolist(),
-                "goal_distance": float(np.linalg.norm(final.ee_pos - adapter.goal)),
-            }
+        measure = watch.measure
+        ended = measure.end_effector(final) if isinstance(measure, ArmGoal) else None
+        if ended is not None:  # arms: where the end effector ended (the twin's kinematics of the measured joints)
+            facts = {"ee_pos": ended.tolist(), "goal_distance": float(np.linalg.norm(ended - adapter.goal))}
+            if final.ee_pos is not None:
+                facts["reported_ee_pos"] = final.ee_pos.tolist()
         if facts_path is not None and config.robot == "go2":
             time.sleep(0.2)  # the peer writes its facts ten times a second
             facts = read_facts(facts_path)

@@ -109,24 +109,49 @@ class Verdict:
 
 
 class ArmGoal:
-    """Distance of an arm's end effector (`RobotState.ee_pos`, the robot's own forward kinematics) to the goal
-    during the policy phase: `goal` [3] m in the base frame, `tolerance` m (the task's success_threshold).
+    """Distance of an arm's end effector to the goal during the policy phase: `goal` [3] m in the base frame,
+    `tolerance` m (the task's success_threshold). The end effector is the twin's `forward_kinematics` of the measured
+    joints (the TCP the policy and the safety filter know) where given, else the robot's own report
+    (`RobotState.ee_pos`); with both, their largest disagreement is kept (`report_gap`) and a large one told in the
+    verdict: a robot whose end-effector frame is not the twin's TCP, or a peer reporting another pose.
 
     The verdict is `reached` when the end effector *ends* within the tolerance, as the simulator scores an episode
     (its success flag at the episode's last step: `sims.episodes.end_step`); the closest approach is printed
     beside it, so a policy that passes the goal and drifts off (reached, then left) is told apart."""
 
-    def __init__(self, goal: np.ndarray, tolerance: float):
+    REPORT_GAP = 0.02
+    """A disagreement between the robot's report and the twin's kinematics above this is told, m."""
+
+    def __init__(
+        self,
+        goal: np.ndarray,
+        tolerance: float,
+        forward_kinematics: Callable[[np.ndarray], np.ndarray] | None = None,
+    ):
         self.goal, self.tolerance = np.asarray(goal, dtype=np.float64), float(tolerance)
+        self.forward_kinematics = forward_kinematics
         self.distance = self.closest = math.inf
         self.closest_at = 0.0
         """Seconds into the policy phase of the closest approach."""
+        self.report_gap = 0.0
+        """Largest distance between the robot's reported end effector and the twin's kinematics of its joints, m."""
+
+    def end_effector(self, state: RobotState) -> np.ndarray | None:
+        """The end effector [3] (m, base frame) of `state`: the twin's kinematics of its joints, else the robot's
+        report; None without either. Notes the disagreement of the two."""
+        if self.forward_kinematics is None:
+            return state.ee_pos
+        position = np.asarray(self.forward_kinematics(state.joint_pos), dtype=np.float64)
+        if state.ee_pos is not None:
+            self.report_gap = max(self.report_gap, float(np.linalg.norm(state.ee_pos - position)))
+        return position
 
     def update(self, state: RobotState, policy_s: float) -> None:
         """A state of the policy phase, `policy_s` seconds into it."""
-        if state.ee_pos is None:
+        position = self.end_effector(state)
+        if position is None:
             return
-        self.distance = float(np.linalg.norm(state.ee_pos - self.goal))
+        self.distance = float(np.linalg.norm(position - self.goal))
         if self.distance < self.closest:
             self.closest, self.closest_at = self.distance, policy_s
 
@@ -140,8 +165,9 @@ class ArmGoal:
 
     def verdict(self, final: RobotState | None) -> Verdict:
         """From the last state the robot reported (after the loop) or, without one, the last of the loop."""
-        if final is not None and final.ee_pos is not None:
-            self.distance = float(np.linalg.norm(final.ee_pos - self.goal))
+        position = None if final is None else self.end_effector(final)
+        if position is not None:
+            self.distance = float(np.linalg.norm(position - self.goal))
             self.closest = min(self.closest, self.distance)
         if not math.isfinite(self.distance):
             return Verdict("VERDICT: not reached (the robot reported no end-effector position)", False)
@@ -153,6 +179,11 @@ class ArmGoal:
         )
         if not reached and self.closest <= self.tolerance:
             line += " (it came within the tolerance, then left)"
+        if self.report_gap > self.REPORT_GAP:
+            line += (
+                f"; measured with the twin's kinematics of the measured joints: the robot's own end-effector report "
+                f"differed by up to {cm(self.report_gap)} (is its end-effector frame the twin's TCP?)"
+            )
         return Verdict(line, reached)
 
 
@@ -240,7 +271,7 @@ def measure_for(config: DeployConfig, adapter, read: Callable[[], dict] | None) 
     distance; a quadruped's velocity against its command."""
     if config.robot == "go2":
         return VelocityTracking(config.velocity_command, read, adapter.task.tracking_sigma)
-    return ArmGoal(adapter.goal, adapter.success_distance)
+    return ArmGoal(adapter.goal, adapter.success_distance, adapter.forward_kinematics)
 
 
 def announce(config: DeployConfig, task: str, adapter, inferred: bool, loop: LoopConfig, say) -> None:

@@ -155,6 +155,25 @@ def test_an_arm_that_passes_its_goal_and_drifts_off_has_not_reached_it():
     )
 
 
+def test_an_arm_is_measured_with_the_twin_kinematics_and_a_robot_reporting_another_pose_is_told():
+    """The measured joints decide (the pose a peer reports may be another: franky-sim 1.0.4 sent its desired
+    pose, 26 cm under the table, while the arm stood over the goal); the disagreement is in the verdict."""
+    kinematics = lambda joints: np.array([0.5 + joints[0], 0.0, 0.3])  # noqa: E731
+    goal = ArmGoal(np.array([0.5, 0.0, 0.3]), tolerance=0.05, forward_kinematics=kinematics)
+    joints_at = lambda x: np.array([x - 0.5, 0, 0, 0, 0, 0, 0.0])  # noqa: E731
+    for t, x in enumerate([0.3, 0.45, 0.49]):
+        goal.update(RobotState(0.0, joints_at(x), np.zeros(7), ee_pos=np.array([x, 0.0, 0.3])), t * 1.0)
+    final = RobotState(0.0, joints_at(0.51), np.zeros(7), ee_pos=np.array([0.38, 0.07, -0.26]))
+    verdict = goal.verdict(final)
+    assert verdict.reached and "final distance to the goal 1.0 cm" in verdict.line
+    assert "the robot's own end-effector report differed by up to 57.9 cm" in verdict.line
+    agreeing = ArmGoal(np.array([0.5, 0.0, 0.3]), 0.05, kinematics)
+    assert (
+        "report"
+        not in agreeing.verdict(RobotState(0.0, joints_at(0.51), np.zeros(7), ee_pos=np.array([0.51, 0, 0.3]))).line
+    )
+
+
 class Interventions:
     """The part of a ControlLoop the watch reads."""
 

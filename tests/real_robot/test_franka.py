@@ -70,6 +70,26 @@ def test_the_twin_sees_the_end_effector_where_the_robot_reports_it(franka):
         np.testing.assert_allclose(adapter.forward_kinematics(state.joint_pos), state.ee_pos, atol=2e-3)
 
 
+def test_the_robot_reports_the_end_effector_of_the_measured_joints_while_it_moves(franka):
+    """A Franka's O_T_EE is the pose of the measured joints q. franky-sim 1.0.4 sent the pose of the desired joints
+    q_d instead (a pinocchio reference overwritten: peers/franky_peer.py mends it), 4 cm ahead of a moving arm."""
+    adapter = ArmAdapter("arm-reach", {}, np.zeros(3))
+    start = franka.observe().joint_pos
+    franka.send(Command(position=start + np.array([0.6, 0.4, 0.0, 0.4, 0.0, 0.0, 0.0])))
+    gaps, leads = [], []
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline and len(gaps) < 200:
+        state, desired = franka.observe(), np.asarray(franka.robot.state.q_d)
+        if np.abs(state.joint_vel).max() > 0.1:  # moving
+            measured = adapter.forward_kinematics(state.joint_pos)
+            gaps.append(np.linalg.norm(state.ee_pos - measured))
+            leads.append(np.linalg.norm(adapter.forward_kinematics(desired) - measured))
+        time.sleep(0.005)
+    assert len(gaps) >= 20, "the arm did not move"
+    assert max(leads) > 0.01  # the desired pose runs ahead of the arm: the two poses can be told apart
+    assert max(gaps) < 2e-3, (max(gaps), max(leads))
+
+
 @pytest.mark.xfail(
     strict=False,
     reason="known sim-to-real gap (README: arm policies and real arm dynamics): the simulated arm accelerates 5-10x "
