@@ -38,6 +38,9 @@ from policyforge.sims.vec_env import VecEnv
 if TYPE_CHECKING:
     from policyforge.algos.runner import RunConfig
 
+MAX_LOG_RATIO = 20.0
+"""Bound on a probability ratio's log before its exponential (e^20 ≈ 5e8: far outside any clip range, finite)."""
+
 
 class PPO(Algorithm):
     """On-policy PPO for any `Policy`."""
@@ -273,7 +276,9 @@ class PPO(Algorithm):
     ) -> dict[str, float]:
         cfg = self.config
         log_prob, entropy = self._score(obs, chain)
-        log_ratio = log_prob - old_log_prob
+        # bounded before exp: a std that collapsed within the update makes log-ratios of hundreds of nats, whose exp
+        # overflows float32 and turns the gradient into NaN; outside the bound the ratio is clipped anyway
+        log_ratio = (log_prob - old_log_prob).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
         ratio = log_ratio.exp()  # [B, m]
         if cfg.normalize_advantages and len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
