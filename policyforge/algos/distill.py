@@ -5,8 +5,9 @@ The teacher is any trained run's policy, frozen, evaluated in this process on th
 through its own keys, at its own decision rate (`teacher.TeacherLabels`). The student is the run's `policy`
 section, on its own keys. Modes:
 
-    rpd     PPO on the task reward plus λ · the student's `bc_loss` to the teacher's actions (Refined Policy
-            Distillation); λ = distill_coef · distill_decay^iteration; every PPO option applies
+    rpd     PPO on the task reward plus λ · the student's `bc_loss` to the teacher's actions, or the squared error
+            of its deterministic action (`distill_loss`; Refined Policy Distillation);
+            λ = distill_coef · distill_decay^iteration; every PPO option applies
     dagger  the student drives (the teacher's action executed with probability β = beta · beta_decay^iteration,
             per env and decision), every visited observation is labelled with the teacher's actions and kept;
             the student's `bc_loss` on the aggregate (Ross et al. 2011)
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -59,6 +61,9 @@ class DistillConfig(PPOConfig):
     """rpd: λ, the weight of the distillation term at the first iteration."""
     distill_decay: float = 1.0
     """rpd: λ is multiplied by this every iteration (1: constant)."""
+    distill_loss: Literal["bc_loss", "action_mse"] = "bc_loss"
+    """rpd: the pull toward the teacher's actions: the student's own `bc_loss` (a Gaussian's log-likelihood, which
+    also narrows its std), or RPD's squared error of the student's deterministic action (`act`) to the teacher's."""
     beta: float = 1.0
     """dagger: probability that the teacher's action is executed at the first iteration (DAgger's β_0)."""
     beta_decay: float = 0.5
@@ -196,7 +201,19 @@ def construct_distill(config: RunConfig, env: VecEnv, policy: Policy) -> Algorit
     iterations = math.ceil(config.runner.total_env_steps / steps_per_iteration)
     critic_dim = env.obs_shapes[cfg.critic_obs_key][0]
     weight = lambda iteration: cfg.distill_coef * cfg.distill_decay**iteration  # noqa: E731
-    return PPO(policy, critic_dim, env.num_envs, cfg, iterations, teacher, weight)
+    pull = teacher_loss(policy, cfg.distill_loss)
+    return PPO(policy, critic_dim, env.num_envs, cfg, iterations, teacher, weight, pull)
+
+
+def teacher_loss(policy: Policy, kind: str) -> Callable[[Obs, torch.Tensor], torch.Tensor]:
+    """RPD's pull of the student toward the teacher's actions [B, H_s, A] (`DistillConfig.distill_loss`)."""
+    if kind == "bc_loss":
+        return policy.bc_loss
+
+    def action_mse(obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+        return (policy.act(obs)[:, : actions.shape[1]] - actions).square().mean()
+
+    return action_mse
 
 
 def check_distill(config: RunConfig) -> None:

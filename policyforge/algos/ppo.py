@@ -54,11 +54,13 @@ class PPO(Algorithm):
         total_iterations: int,
         teacher: TeacherLabels | None = None,
         teacher_weight: Callable[[int], float] = lambda iteration: 0.0,
+        teacher_loss: Callable[[Obs, torch.Tensor], torch.Tensor] | None = None,
     ):
         self.policy, self.config = policy, config
         self.teacher, self.teacher_weight = teacher, teacher_weight
-        """RPD: a frozen teacher labelling every decision, and the weight of the student's `bc_loss` to its labels
-        at an iteration."""
+        self.teacher_loss = teacher_loss or policy.bc_loss
+        """RPD: a frozen teacher labelling every decision, the weight of the student's loss to its labels at an
+        iteration, and that loss (obs, labels [B, H, A] → scalar; default the student's `bc_loss`)."""
         self.act_steps = policy.act_steps
         """Env steps per decision: the executed part of each action chunk."""
         self.history = policy.input_state(num_envs)
@@ -302,7 +304,7 @@ class PPO(Algorithm):
                 loss = loss + cfg.bc_coef * bc_loss
         distill = torch.zeros(())
         if teacher_action is not None:  # supervised, so from the first iteration on, critic warm-up or not
-            distill = self.policy.bc_loss(obs, teacher_action)
+            distill = self.teacher_loss(obs, teacher_action)
             loss = loss + self.teacher_weight(self.iteration) * distill
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
