@@ -316,17 +316,15 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
             say(f"warning: {warning}")
         if config.record is not None and report.policy_steps:
             _record(config.record, report, policy_rate, task)
-        facts = {}
-        measure = watch.measure
-        ended = measure.end_effector(final) if isinstance(measure, ArmGoal) else None
-        if ended is not None:  # arms: where the end effector ended (the twin's kinematics of the measured joints)
-            facts = {"ee_pos": ended.tolist(), "goal_distance": float(np.linalg.norm(ended - adapter.goal))}
-            if final.ee_pos is not None:
-                facts["reported_ee_pos"] = final.ee_pos.tolist()
+        facts, measure = {}, watch.measure
         if facts_path is not None and config.robot == "go2":
             time.sleep(0.2)  # the peer writes its facts ten times a second
             facts = read_facts(facts_path)
-        verdict = watch.measure.verdict(final)
+        verdict = measure.verdict(final)
+        if isinstance(measure, ArmGoal) and measure.position is not None:  # the twin's kinematics of the joints
+            facts = {"ee_pos": measure.position.tolist(), "goal_distance": measure.distance}
+            if final.ee_pos is not None:
+                facts["reported_ee_pos"] = final.ee_pos.tolist()
     return Deployment(config.robot, report, facts, verdict, overrun_assessment(report, config.robot), loop_config)
 
 

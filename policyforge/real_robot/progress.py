@@ -135,6 +135,8 @@ class ArmGoal:
         """Seconds into the policy phase of the closest approach."""
         self.report_gap = 0.0
         """Largest distance between the robot's reported end effector and the twin's kinematics of its joints, m."""
+        self.position: np.ndarray | None = None
+        """The latest end effector measured [3] (m, base frame): after `verdict`, where it ended."""
 
     def end_effector(self, state: RobotState) -> np.ndarray | None:
         """The end effector [3] (m, base frame) of `state`: the twin's kinematics of its joints, else the robot's
@@ -151,7 +153,7 @@ class ArmGoal:
         position = self.end_effector(state)
         if position is None:
             return
-        self.distance = float(np.linalg.norm(position - self.goal))
+        self.position, self.distance = position, float(np.linalg.norm(position - self.goal))
         if self.distance < self.closest:
             self.closest, self.closest_at = self.distance, policy_s
 
@@ -167,7 +169,7 @@ class ArmGoal:
         """From the last state the robot reported (after the loop) or, without one, the last of the loop."""
         position = None if final is None else self.end_effector(final)
         if position is not None:
-            self.distance = float(np.linalg.norm(position - self.goal))
+            self.position, self.distance = position, float(np.linalg.norm(position - self.goal))
             self.closest = min(self.closest, self.distance)
         if not math.isfinite(self.distance):
             return Verdict("VERDICT: not reached (the robot reported no end-effector position)", False)

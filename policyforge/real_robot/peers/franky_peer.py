@@ -16,19 +16,11 @@ import sys
 
 
 def report_measured_pose() -> None:
-    """Make franky-sim's kinematics return a pose of its own (idempotent; harmless once upstream copies it)."""
+    """Make franky-sim's kinematics return a pose of its own (harmless once upstream copies it)."""
     from franky_sim.base_simulator import BaseRobot
 
     aliased = BaseRobot.kinematics
-    if getattr(aliased, "copies_pose", False):
-        return
-
-    def kinematics(self, q):
-        return aliased(self, q).copy()
-
-    kinematics.copies_pose = True
-    kinematics.__doc__ = aliased.__doc__
-    BaseRobot.kinematics = kinematics
+    BaseRobot.kinematics = lambda self, q: aliased(self, q).copy()
 
 
 def main() -> int:
