@@ -152,11 +152,14 @@ class Go2(Robot):
             self._participant, Topic(self._participant, LOWSTATE_TOPIC, LowState_), qos=newest_only
         )
         deadline = time.monotonic() + timeout
-        while self._poll() is None:
+        # both directions: a state came, and the robot's rt/lowcmd reader has matched this writer (until it has,
+        # DDS drops the commands written, which on a loaded computer can be the first ones of the prepare ramp)
+        while self._poll() is None or self._writer.get_publication_matched_status().current_count == 0:
             if time.monotonic() > deadline:
+                missing = "rt/lowstate" if self._latest is None else "a subscriber of rt/lowcmd"
                 self.disconnect()
                 raise ConnectionError(
-                    f"Go2: no rt/lowstate within {timeout} s on interface {self.config.interface!r}, DDS domain "
+                    f"Go2: no {missing} within {timeout} s on interface {self.config.interface!r}, DDS domain "
                     f"{self.config.domain_id}: is the robot (or `policyforge deploy --peer sim`) running there?"
                 )
             time.sleep(0.002)

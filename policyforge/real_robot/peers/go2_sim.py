@@ -55,6 +55,9 @@ MEASUREMENT_WINDOW = 0.06
 """After damping the driver steps from the joint as it measured it: from any state published this long ago or
 less, s (the safety filter's state_timeout, 50 ms, plus 10 ms of delivery)."""
 
+FACTS_PERIOD_S = 0.1
+"""How often the peer writes its facts file: a reader sees a snapshot up to this old."""
+
 
 @dataclasses.dataclass
 class StateFaults:
@@ -218,6 +221,7 @@ def serve(config: Go2PeerConfig) -> dict:
             command, command_time = lowcmd_command(msg), time.monotonic()
             lost = max(msg.reserve - sequence - 1, 0) if sequence is not None else 0
             facts["lost_commands"], sequence = facts["lost_commands"] + lost, msg.reserve
+            facts["first_sequence"], facts["last_sequence"] = facts.get("first_sequence", sequence), sequence
             audit.check(command, robot.joint_pos, np.array([q for _, q in published]), lost)
             if trace is not None:
                 trace.append((msg.reserve, command_time, robot.tick * period, robot.joint_pos.copy(),
@@ -243,7 +247,7 @@ def serve(config: Go2PeerConfig) -> dict:
         now = time.monotonic()
         if config.stats_path is not None and now >= next_write:
             _write(config.stats_path, facts, robot, start_xy, min_height, now - start)
-            next_write = now + 0.1
+            next_write = now + FACTS_PERIOD_S
         stall = config.faults.stall
         if stall and robot.tick % max(round(stall[0] / period), 1) == 0:
             time.sleep(stall[1])
