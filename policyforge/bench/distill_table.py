@@ -1,6 +1,7 @@
 """Distilling a VLA into compact experts: per instruction family, the VLA teacher's success (and the same VLA's at
 another stage: after its own PPO), students by BC from the teacher's rollouts, DAgger and RPD, and PPO alone from
-scratch on the same env steps; env steps to reach the teacher's success, wall time, and batch-1 decision latency;
+scratch on the same env steps (on the sparse success reward, and on the dense one RPD learns from); env steps to
+reach the teacher's success, wall time, and batch-1 decision latency;
 plus a locomotion row (a privileged PPO teacher on quadruped-walk → a proprioceptive-history student by DAgger,
 tracking error).
 
@@ -10,14 +11,16 @@ tracking error).
 Students come from `configs/vla-distill.yaml` (`policyforge distill`'s recipe) on the teacher's simulation settings.
 Each run's result is kept in OUT/results/<name>.json and reused by a later invocation with the same sizes, so a long
 table can be split across sessions. The last line is one JSON object: {"tasks": {family: {"teacher", "rpd",
-"dagger", "bc", "ppo_only", "rpd_steps_to_teacher", "ppo_only_steps_to_teacher"}}, "latency_ratio",
-"locomotion_student_over_teacher_error"} (success rates are means over seeds).
+"dagger", "bc", "ppo_only", "ppo_only_dense", "rpd_steps_to_teacher", "ppo_only_steps_to_teacher",
+"ppo_only_dense_steps_to_teacher"}}, "latency_ratio", "locomotion_student_over_teacher_error"} (success rates are
+means over seeds; steps to the teacher are null unless every seed reaches it).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import statistics
 import time
@@ -38,29 +41,33 @@ from policyforge.cli import find_recipe
 from policyforge.io import write_json
 from policyforge.policies.export import file_sha256
 
-STUDENTS = ("bc", "dagger", "rpd", "ppo_only")
-"""The methods compared per family: distillation modes, and PPO alone on the student."""
-RPD_SETTINGS = ["policy.init_std=0.1", "algo.distill_coef=5"]
-"""RPD's (and PPO alone's: the same student) settings over the recipe's: PPO's part explores with a smaller std and
-the teacher's pull is larger (touch, one seed: 22% against the recipe's 9%, whose std-0.5 rollouts never succeed)."""
+STUDENTS = ("bc", "dagger", "rpd", "ppo_only", "ppo_only_dense")
+"""The methods compared per family: distillation modes, and PPO alone on the student: on the sparse success reward
+(the issue's baseline) and on the dense progress reward RPD's PPO learns from (the same run without the teacher)."""
+PPO_ALONE = {"ppo_only": "sparse", "ppo_only_dense": "dense"}
+"""PPO alone's reward_type per method."""
 
 
 def student_config(args: argparse.Namespace, family: str, method: str, seed: int) -> RunConfig:
-    """A student run of `method` on `family`: the distill recipe on the teacher's settings; `ppo_only` keeps only
-    PPO's settings (the same student, reward and env steps, no teacher)."""
+    """A student run of `method` on `family`: the distill recipe on the teacher's settings; PPO alone keeps only
+    PPO's settings (the same student and env steps, no teacher) with its `PPO_ALONE` reward."""
     overrides = [f"seed={seed}", f"runner.total_env_steps={args.steps}", f"runner.eval_every_steps={args.eval_every}"]
     overrides += [f"out_dir={args.out / 'runs'}", f"name={family}-{method}-s{seed}", "runner.video=none"]
-    mode = "rpd" if method == "ppo_only" else method
-    overrides += RPD_SETTINGS if mode == "rpd" else []
+    mode = "rpd" if method in PPO_ALONE else method
     config = distill_config(args.teacher, family, mode, find_recipe("vla-distill"), overrides)
-    if method != "ppo_only":
+    if method not in PPO_ALONE:
         return config
     data = config_io.to_dict(config)
     ppo_fields = {field.name for field in dataclasses.fields(PPOConfig)}
     data["algo"] = {k: v for k, v in data["algo"].items() if k in ppo_fields or k == config_io.TAG_KEY}
     data["algo"][config_io.TAG_KEY] = "ppo"
     data["sim"]["image"] = {"cameras": []}  # no teacher: nothing reads images
+    data["sim"]["task_options"]["reward_type"] = PPO_ALONE[method]
     return config_io.from_dict(RunConfig, data)
+
+
+STEPS_TO_TEACHER = ("rpd", "ppo_only", "ppo_only_dense")
+"""The methods whose env steps to the teacher's success the table reports."""
 
 
 def steps_to(run_dir: Path, success: float) -> int | None:
@@ -91,12 +98,17 @@ def train_student(config: RunConfig, teacher_success: float) -> dict[str, Any]:
     }
 
 
-def cached(args: argparse.Namespace, name: str, compute, *inputs, of_the_vla: bool = True) -> dict[str, Any]:
-    """`compute(*inputs)`, or an earlier invocation's result at the same sizes (OUT/results/<name>.json) and, for
-    results `of_the_vla` (all but the walking row), the same VLA teacher checkpoint."""
+def cached(
+    args: argparse.Namespace, name: str, compute, *inputs, of_the_vla: bool = True, settings: str | None = None
+) -> dict[str, Any]:
+    """`compute(*inputs)`, or an earlier invocation's result at the same sizes (OUT/results/<name>.json), for
+    results `of_the_vla` (all but the walking row) of the same VLA teacher checkpoint, and of the same `settings`
+    (a student's: `settings_digest`)."""
     sizes = {"steps": args.steps, "eval_every": args.eval_every, "walk_steps": args.walk_steps}
     if of_the_vla:
         sizes["teacher"] = args.teacher_sha  # another teacher (retrained, another run) is another table
+    if settings is not None:
+        sizes["settings"] = settings  # another recipe (its reward, λ, std) is another result
     path = args.out / "results" / f"{name}.json"
     if path.is_file():
         kept = json.loads(path.read_text())
@@ -118,10 +130,12 @@ def family_rows(args: argparse.Namespace, family: str, console: Console) -> dict
             rows.setdefault("compare_teacher", []).append(
                 cached(args, name, evaluate_run, args.compare_teacher, "best", 32, family, seed)
             )
-        for method in STUDENTS:
+        for method in args.methods:
             config = student_config(args, family, method, seed)
             name = f"{family}-{method}-s{seed}"
-            result = cached(args, name, train_student, config, teacher["eval/success"])
+            result = cached(
+                args, name, train_student, config, teacher["eval/success"], settings=settings_digest(config)
+            )
             rows.setdefault(method, []).append(result)
             split = ", ".join(f"{part} {seconds:.0f}" for part, seconds in result.get("split_s", {}).items())
             console.print(
@@ -151,22 +165,38 @@ def walk_row(args: argparse.Namespace) -> dict[str, Any]:
             "student_return": returns[0], "teacher_return": returns[1]}  # fmt: skip
 
 
+def settings_digest(config: RunConfig) -> str:
+    """A student run's settings, less where it is written: 16 hex digits."""
+    data = {k: v for k, v in config_io.to_dict(config).items() if k not in ("name", "out_dir")}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def mean(results: list[dict[str, Any]], key: str) -> float:
     return statistics.fmean(r[key] for r in results)
 
 
+def mean_of(rows: dict[str, list[dict[str, Any]]], method: str, key: str = "success") -> float | None:
+    """`method`'s mean `key` over seeds; None when the table did not run it (`--methods`)."""
+    return mean(rows[method], key) if method in rows else None
+
+
+def steps_to_teacher(rows: dict[str, list[dict[str, Any]]], method: str) -> list[int | None]:
+    return [r["steps_to_teacher"] for r in rows.get(method, [])]
+
+
 def print_table(console: Console, table_rows: dict[str, dict[str, list[dict[str, Any]]]]) -> None:
     table = Table(title="distilling the VLA: success per family (mean over seeds), env steps to the teacher's success")
-    for column in ("family", "teacher", "other teacher", *STUDENTS, "RPD steps", "PPO-only steps", "wall (RPD)"):
+    steps = ("RPD steps", "PPO-only steps", "PPO-only (dense) steps")
+    for column in ("family", "teacher", "other teacher", *STUDENTS, *steps, "wall (RPD)"):
         table.add_column(column)
     for family, rows in table_rows.items():
-        success = {m: f"{mean(rows[m], 'success'):.0%}" for m in STUDENTS}
-        reached = {m: [r["steps_to_teacher"] for r in rows[m]] for m in ("rpd", "ppo_only")}
+        success = {m: "-" if mean_of(rows, m) is None else f"{mean_of(rows, m):.0%}" for m in STUDENTS}
+        reached = {m: steps_to_teacher(rows, m) for m in STEPS_TO_TEACHER}
         other = f"{mean(rows['compare_teacher'], 'eval/success'):.0%}" if "compare_teacher" in rows else "-"
         table.add_row(
             family, f"{mean(rows['teacher'], 'eval/success'):.0%}", other, *success.values(),
-            *(", ".join("-" if s is None else f"{s:,}" for s in reached[m]) for m in reached),
-            f"{mean(rows['rpd'], 'wall_s') / 60:.0f} min",
+            *(", ".join("-" if s is None else f"{s:,}" for s in reached[m]) or "-" for m in reached),
+            "-" if "rpd" not in rows else f"{mean(rows['rpd'], 'wall_s') / 60:.0f} min",
         )  # fmt: skip
     console.print(table)
 
@@ -182,6 +212,7 @@ def main() -> None:
     )
     parser.add_argument("--families", nargs="+", default=["touch", "lift", "push"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="+", choices=STUDENTS, default=list(STUDENTS), help="the students run")
     parser.add_argument("--steps", type=int, default=204_800, help="env steps of every student run")
     parser.add_argument("--eval-every", type=int, default=25_600)
     parser.add_argument("--walk-teacher", type=Path, default=None, help="a privileged PPO run on quadruped-walk")
@@ -202,10 +233,12 @@ def main() -> None:
     tasks = {}
     for family, rows in table_rows.items():
         tasks[family] = {"teacher": round(mean(rows["teacher"], "eval/success"), 4)}
-        tasks[family].update({m: round(mean(rows[m], "success"), 4) for m in STUDENTS})
-        for method in ("rpd", "ppo_only"):
-            reached = [r["steps_to_teacher"] for r in rows[method]]
-            tasks[family][f"{method}_steps_to_teacher"] = None if None in reached else statistics.fmean(reached)
+        tasks[family].update({m: None if m not in rows else round(mean(rows[m], "success"), 4) for m in STUDENTS})
+        for method in STEPS_TO_TEACHER:
+            reached = steps_to_teacher(rows, method)
+            tasks[family][f"{method}_steps_to_teacher"] = (
+                None if None in reached or not reached else statistics.fmean(reached)
+            )
     summary = {
         "tasks": tasks,
         "latency_ratio": round(students[0] / teacher_ms, 5),
