@@ -29,8 +29,8 @@ from rich.table import Table
 
 from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.go2 import Go2, Go2Config
-from policyforge.real_robot.launch import free_domain_id, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
+from policyforge.real_robot.peers.process import free_domain_id, simulated_peer
 from policyforge.real_robot.safety import SafetyFilter
 from policyforge.sims.tasks.quadruped import QuadrupedConfig
 

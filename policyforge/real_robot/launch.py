@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
-import os
-import random
 import re
 import socket
-import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +19,16 @@ import numpy as np
 from policyforge.config import ConfigError, check
 from policyforge.policies.export import saturated_share, saturation_warning
 from policyforge.real_robot.arm_adapter import ArmAdapter
-from policyforge.real_robot.deploy import DeployError, ExportedPolicy, QuadrupedAdapter, resolve_policy
+from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter, resolve_policy
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
+from policyforge.real_robot.peers.process import (
+    PEER_START_S,
+    PEERS,
+    free_domain_id,
+    read_facts,
+    simulated_peer,
+    wait_for_facts,
+)
 from policyforge.real_robot.progress import (
     ArmGoal,
     DeployWatch,
@@ -49,11 +51,6 @@ REALTIME_PRIORITY = 80
 """SCHED_FIFO priority of `deploy --realtime`'s control loop: above ordinary real-time services, below the
 kernel's own threads (99) and, on a PREEMPT_RT kernel, its interrupt threads (50 by default: raise theirs for the
 robot's network card, as ROS 2 and libfranka set-ups do)."""
-PEER_START_S = 60.0
-"""How long a simulated peer may take to start, s: the Go2 peer's first facts came after 3.7–4.0 s on a 2-core
-machine at load 3, close to the driver's 5 s connect timeout, which its start-up raced (deploy waits for them)."""
-PEERS = {"go2": "peers/go2_sim.py", "franka": "franky-sim", "ur": "peers/rtde_sim.py"}
-"""The simulated protocol peer of each robot (`simulated_peer`), by name."""
 DDS_DOMAINS = range(0, 233)
 """DDS domain ids that map to valid ports with the standard port mapping (0–232)."""
 
@@ -153,84 +150,6 @@ class DeployConfig:
             )
 
 
-@contextlib.contextmanager
-def simulated_peer(
-    robot: str,
-    domain_id: int,
-    stats_path: Path,
-    seconds: float | None = None,
-    extra_args: tuple[str, ...] = (),
-    kill_after: float | None = None,
-) -> Iterator[Path]:
-    """Run the robot's simulated protocol peer in a subprocess on the loopback while inside; yields the path
-    of its facts (JSON). `extra_args`: more peer flags (fault injection); `kill_after`: SIGKILL the peer this
-    many seconds after its start (the robot's computer dies). Leaving stops it (SIGTERM) and waits for its
-    final facts."""
-    if robot == "franka":  # franky-sim: a MuJoCo FR3 serving the libfranka protocol (O_T_EE mended: franky_peer)
-        command = [sys.executable, "-m", "policyforge.real_robot.peers.franky_peer", "-s", "mujoco"]
-        command += ["--hostname", "127.0.0.1"]
-    elif robot == "ur":  # our simulated UR controller: RTDE 30004, dashboard 29999, script port 30003
-        command = [sys.executable, "-m", "policyforge.real_robot.peers.rtde_sim", "--stats", str(stats_path)]
-        command += list(extra_args)
-    elif robot == "go2":
-        command = [sys.executable, "-m", "policyforge.real_robot.peers.go2_sim", "--domain-id", str(domain_id)]
-        command += ["--stats", str(stats_path)] + (["--seconds", str(seconds)] if seconds else []) + list(extra_args)
-    else:
-        raise ConfigError("robot", f"no simulated peer for {robot!r}; peers: ['franka', 'go2', 'ur']")
-    check_peer_ports_free(robot)
-    quiet = subprocess.DEVNULL if robot == "franka" else None
-    process = subprocess.Popen(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=quiet)
-    killer = threading.Timer(kill_after, process.kill) if kill_after is not None else None
-    if killer is not None:
-        killer.start()
-    try:
-        yield stats_path
-    finally:
-        if killer is not None:
-            killer.cancel()
-        stop_process(process)
-
-
-PEER_PORTS = {"franka": (1337,), "ur": (30004, 29999, 30003)}
-"""The fixed TCP ports a simulated peer listens on, 127.0.0.1 (libfranka's command port; RTDE, dashboard, script)."""
-
-
-def check_peer_ports_free(robot: str) -> None:
-    """Refuse to start a peer whose fixed ports another process holds: the driver would reach that one instead (a
-    franky-sim orphaned by a killed run once answered a whole test session with its own arm's pose, 2026-12-05)."""
-    for port in PEER_PORTS.get(robot, ()):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a just-closed peer's TIME_WAIT is fine
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                raise DeployError(
-                    f"--peer sim: port {port} on 127.0.0.1 is in use, so the simulated {robot} cannot start there and "
-                    f"the driver would talk to whatever holds it (a peer left by an earlier run?): find it with "
-                    f"`ss -ltnp 'sport = :{port}'` and stop it"
-                ) from None
-
-
-def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within `grace` seconds; waits for it either way."""
-    process.terminate()
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def read_facts(stats_path: Path) -> dict:
-    """The peer's latest facts (empty before its first write)."""
-    return json.loads(stats_path.read_text()) if stats_path.exists() else {}
-
-
-def free_domain_id() -> int:
-    """A DDS domain id unlikely to be in use by another test or robot on this host."""
-    return random.SystemRandom().randint(100, 230)
-
-
 @dataclasses.dataclass
 class Deployment:
     """What a deployment did."""
@@ -296,7 +215,7 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
             facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
             if config.robot == "go2":
                 say(f"waiting for the peer's first state (up to {PEER_START_S:.0f} s)")
-                _wait_for_facts(facts_path)
+                wait_for_facts(facts_path)
         where = "127.0.0.1" if config.peer else config.host if config.robot != "go2" else config.interface
         say(f"connecting to the {config.robot} at {where}")
         # a simulated peer may start far slower than a robot answers (franky-sim: 2 s idle, tens loaded)
@@ -326,17 +245,6 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
             if final.ee_pos is not None:
                 facts["reported_ee_pos"] = final.ee_pos.tolist()
     return Deployment(config.robot, report, facts, verdict, overrun_assessment(report, config.robot), loop_config)
-
-
-def _wait_for_facts(facts_path: Path, timeout: float = PEER_START_S) -> None:
-    """Wait until a simulated peer writes its first facts (it publishes robot states from then on)."""
-    deadline = time.monotonic() + timeout
-    while not read_facts(facts_path):
-        if time.monotonic() > deadline:
-            raise DeployError(
-                f"the simulated peer wrote no facts to {facts_path} within {timeout:.0f} s: did it start?"
-            )
-        time.sleep(0.1)
 
 
 def _check_before_connecting(config: DeployConfig, policy: ExportedPolicy, adapter, spec) -> None:

@@ -278,7 +278,8 @@ def measure_for(config: DeployConfig, adapter, read: Callable[[], dict] | None) 
 
 def announce(config: DeployConfig, task: str, adapter, inferred: bool, loop: LoopConfig, say) -> None:
     """Say, before anything connects, what runs on which robot towards what, and for how long."""
-    from policyforge.real_robot.launch import PEERS, ROBOTS
+    from policyforge.real_robot.launch import ROBOTS
+    from policyforge.real_robot.peers.process import PEERS
 
     how = f"inferred from the task; --robot {' | '.join(ROBOTS)} chooses" if inferred else "--robot"
     on = f"its simulated peer ({PEERS[config.robot]}, 127.0.0.1)" if config.peer else "hardware"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
+from policyforge.real_robot.peers.process import free_domain_id, read_facts, simulated_peer
 
 ASSETS = Path(__file__).parent / "assets"
 GO2_POLICY = ASSETS / "quadruped-walk-policy.onnx"

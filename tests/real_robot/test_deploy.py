@@ -24,9 +24,10 @@ from policyforge.policies.export import export, file_sha256
 from policyforge.policies.export_description import description_path
 from policyforge.real_robot.deploy import DeployError, ExportedPolicy, NonFiniteObservation, QuadrupedAdapter
 from policyforge.real_robot.go2 import Go2, Go2Config
-from policyforge.real_robot.launch import DeployConfig, deploy, resolve_policy, simulated_peer
+from policyforge.real_robot.launch import DeployConfig, deploy, resolve_policy
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.peers.go2_sim import FACTS_PERIOD_S
+from policyforge.real_robot.peers.process import simulated_peer
 from policyforge.real_robot.safety import SafetyFilter
 from policyforge.sims.tasks.quadruped import QuadrupedConfig
 from tests.real_robot.conftest import ASSETS, GO2_POLICY

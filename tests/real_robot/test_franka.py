@@ -13,8 +13,8 @@ import pytest
 from policyforge.real_robot.arm_adapter import ArmAdapter
 from policyforge.real_robot.deploy import ExportedPolicy
 from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
-from policyforge.real_robot.launch import simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
+from policyforge.real_robot.peers.process import simulated_peer
 from policyforge.real_robot.robot import Command
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from tests.real_robot.conftest import ASSETS, robot_computer_for_the_peers

@@ -15,9 +15,9 @@ from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_
 from policyforge.real_robot import dds
 from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.go2 import LOWCMD_TOPIC, Go2, Go2Config, lowcmd_message, lowstate_state
-from policyforge.real_robot.launch import free_domain_id, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.peers.go2_sim import SimulatedGo2
+from policyforge.real_robot.peers.process import free_domain_id, simulated_peer
 from policyforge.real_robot.robot import Command
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from policyforge.sims.task import TaskState

@@ -16,8 +16,8 @@ import pytest
 
 from policyforge.config import ConfigError
 from policyforge.real_robot import dds, netbind
-from policyforge.real_robot.launch import free_domain_id, stop_process
 from policyforge.real_robot.peers.feetech_sim import FeetechBusPeer
+from policyforge.real_robot.peers.process import free_domain_id, stop_process
 from tests.real_robot.sockets import BoundSocket, process_sockets
 
 GO2_DRIVER = """

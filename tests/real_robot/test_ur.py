@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from policyforge.real_robot.launch import simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
+from policyforge.real_robot.peers.process import simulated_peer
 from policyforge.real_robot.peers.rtde_sim import HOME, joints, tcp_pose
 from policyforge.real_robot.robot import Command, RobotState
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter

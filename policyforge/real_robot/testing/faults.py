@@ -34,10 +34,10 @@ from policyforge.real_robot.feetech import (
 )
 from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig
 from policyforge.real_robot.go2 import Go2, Go2Config
-from policyforge.real_robot.launch import free_domain_id, read_facts, simulated_peer
 from policyforge.real_robot.loop import ControlLoop, LoopConfig, LoopReport
 from policyforge.real_robot.peers.audit import TargetAudit
 from policyforge.real_robot.peers.feetech_sim import FeetechBusPeer
+from policyforge.real_robot.peers.process import free_domain_id, read_facts, simulated_peer
 from policyforge.real_robot.robot import Command, RobotSpec, RobotState
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from policyforge.real_robot.ur import UR, URConfig
