@@ -46,6 +46,8 @@ STUDENTS = ("bc", "dagger", "rpd", "ppo_only", "ppo_only_dense")
 (the issue's baseline) and on the dense progress reward RPD's PPO learns from (the same run without the teacher)."""
 PPO_ALONE = {"ppo_only": "sparse", "ppo_only_dense": "dense"}
 """PPO alone's reward_type per method."""
+STEPS_TO_TEACHER = ("rpd", "ppo_only", "ppo_only_dense")
+"""The methods whose env steps to the teacher's success the table reports."""
 
 
 def student_config(args: argparse.Namespace, family: str, method: str, seed: int) -> RunConfig:
@@ -64,10 +66,6 @@ def student_config(args: argparse.Namespace, family: str, method: str, seed: int
     data["sim"]["image"] = {"cameras": []}  # no teacher: nothing reads images
     data["sim"]["task_options"]["reward_type"] = PPO_ALONE[method]
     return config_io.from_dict(RunConfig, data)
-
-
-STEPS_TO_TEACHER = ("rpd", "ppo_only", "ppo_only_dense")
-"""The methods whose env steps to the teacher's success the table reports."""
 
 
 def steps_to(run_dir: Path, success: float) -> int | None:
@@ -190,7 +188,7 @@ def print_table(console: Console, table_rows: dict[str, dict[str, list[dict[str,
     for column in ("family", "teacher", "other teacher", *STUDENTS, *steps, "wall (RPD)"):
         table.add_column(column)
     for family, rows in table_rows.items():
-        success = {m: "-" if mean_of(rows, m) is None else f"{mean_of(rows, m):.0%}" for m in STUDENTS}
+        success = {m: "-" if (rate := mean_of(rows, m)) is None else f"{rate:.0%}" for m in STUDENTS}
         reached = {m: steps_to_teacher(rows, m) for m in STEPS_TO_TEACHER}
         other = f"{mean(rows['compare_teacher'], 'eval/success'):.0%}" if "compare_teacher" in rows else "-"
         table.add_row(
@@ -233,7 +231,7 @@ def main() -> None:
     tasks = {}
     for family, rows in table_rows.items():
         tasks[family] = {"teacher": round(mean(rows["teacher"], "eval/success"), 4)}
-        tasks[family].update({m: None if m not in rows else round(mean(rows[m], "success"), 4) for m in STUDENTS})
+        tasks[family].update({m: None if (rate := mean_of(rows, m)) is None else round(rate, 4) for m in STUDENTS})
         for method in STEPS_TO_TEACHER:
             reached = steps_to_teacher(rows, method)
             tasks[family][f"{method}_steps_to_teacher"] = (

@@ -237,7 +237,9 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
             _record(config.record, report, policy_rate, task)
         facts, measure = {}, watch.measure
         if facts_path is not None and config.robot == "go2":
-            time.sleep(0.2)  # the peer writes its facts ten times a second
+            from policyforge.real_robot.peers.go2_sim import FACTS_PERIOD_S  # the Go2 driver loaded its DDS already
+
+            time.sleep(2 * FACTS_PERIOD_S)  # the peer's final facts, written after the loop's last command
             facts = read_facts(facts_path)
         verdict = measure.verdict(final)
         if isinstance(measure, ArmGoal) and measure.position is not None:  # the twin's kinematics of the joints
