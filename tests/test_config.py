@@ -220,7 +220,7 @@ def test_cameras_for_a_policy_that_reads_states_only_are_refused_unless_a_teache
         from_dict(RunConfig, {"sim": sim, "policy": {"class": "gaussian"}})
     config = {"sim": sim, "policy": {"class": "gaussian", "obs_key": "critic"}}
     distill = from_dict(RunConfig, {**config, "algo": {"class": "distill", "teacher": "runs/vla-ppo"}})
-    assert distill.algo.runs_a_teacher and not distill.policy.reads_images
+    assert distill.algo.reads_images and not distill.policy.reads_images
 
 
 def test_images_rendered_on_request_are_refused_for_a_policy_that_reads_them_every_step():

@@ -168,8 +168,17 @@ ALGOS: dict[str, dict[str, Any]] = {
         "updates_per_iteration": 2,
         "buffer_size": 100,
     },
+    "reward_model": {
+        "class": "reward_model",
+        "gradient_steps": 6,
+        "steps_per_iteration": 3,
+        "batch_size": 4,
+        "model": {"image_channels": 8, "image_features": 8, "hidden": 16},
+    },
 }
 """Each algorithm's small section."""
+IMAGE_ROLLOUTS = {"families": ["touch"], "episode_seconds": 0.2}
+"""The instructed arm's options in the reward model's small run and its dataset."""
 BASES: dict[str, dict[str, Any]] = {
     "ppo-gaussian": {"algo": ALGOS["ppo"], "policy": POLICIES["gaussian"]},
     "ppo-diffusion": {"algo": ALGOS["ppo"], "policy": POLICIES["diffusion"]},
@@ -206,6 +215,15 @@ BASES: dict[str, dict[str, Any]] = {
     "bc-flow": {"algo": ALGOS["bc"], "policy": {**POLICIES["flow"], "variant": "shortcut"}},
     "distill-dagger": {"algo": {**ALGOS["distill"], "mode": "dagger"}, "policy": POLICIES["gaussian"]},
     "distill-rpd": {"algo": {**ALGOS["distill"], "mode": "rpd"}, "policy": POLICIES["gaussian"]},
+    "reward-model": {  # frames of the instructed arm's task camera and its instructions
+        "algo": ALGOS["reward_model"],
+        "policy": POLICIES["gaussian"],
+        "sim": {
+            "task": "arm-instructed",
+            "task_options": IMAGE_ROLLOUTS,
+            "image": {"cameras": ["task"], "width": 16, "height": 16},
+        },
+    },
 }
 """Algorithm × policy-class combinations, each cheap: pendulum-swingup, 2 envs, 16-unit networks, a few steps."""
 COMMON: dict[str, Any] = {
@@ -249,6 +267,8 @@ def base_config(base: str, leaf: Leaf, resources: dict[str, str] | None = None) 
         config["algo"]["dataset"] = resources.get("dataset", "data/pendulum-swingup")
     if config["algo"]["class"] == "distill":
         config["algo"]["teacher"] = resources.get("teacher", "runs/teacher")
+    if config["algo"]["class"] == "reward_model":
+        config["algo"]["dataset"] = resources.get("image_dataset", "data/arm-instructed")
     if base == "ppo-residual":
         config["init_policy"] = resources.get("residual_base", "runs/base")
     return config
@@ -406,8 +426,8 @@ TRAINED_LEAVES = [leaf for leaf in LEAVES if leaf.root is RunConfig]
 
 @pytest.fixture(scope="module")
 def resources(tmp_path_factory) -> dict[str, str]:
-    """A pendulum dataset (demonstrated by a tiny PPO run, also the distillation runs' teacher) for BC, and a tiny
-    diffusion run as a residual's base."""
+    """Rollouts of the instructed arm's task camera for the reward model, a pendulum dataset (demonstrated by a tiny
+    PPO run, also the distillation runs' teacher) for BC, and a tiny diffusion run as a residual's base."""
     from policyforge.data.collect import collect
 
     out = tmp_path_factory.mktemp("property-runs")
@@ -430,9 +450,21 @@ def resources(tmp_path_factory) -> dict[str, str]:
         progress=False,
         task_options={"episode_seconds": 0.5},
     )
+    collect(
+        "arm-instructed",
+        2,
+        out / "image-rollouts",
+        num_envs=2,
+        action_noise=0.6,
+        cameras=["task"],
+        image_size=16,
+        progress=False,
+        task_options=IMAGE_ROLLOUTS,
+    )
     paths.update(
         {"dataset": str(out / "demos"), "residual_base": str(out / "residual-base"), "teacher": str(out / "expert")}
     )
+    paths["image_dataset"] = str(out / "image-rollouts")
     yield paths
     runner_module.plot_learning_curves = _PLOT
 

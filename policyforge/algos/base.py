@@ -20,6 +20,14 @@ class Algorithm(abc.ABC):
     step_unit: str = "env_steps"
     """What the run's step counter counts (behaviour cloning counts gradient steps)."""
 
+    ranked_by: tuple[str, ...] = ("eval/success", "eval/return")
+    """The evaluation figures that decide which checkpoint is best (best.pt), compared in this order."""
+
+    def evaluation(self) -> dict[str, float] | None:
+        """Figures (`eval/*`) of an algorithm that evaluates what it trains itself, offline (a reward model on
+        held-out rollouts); None: the runner evaluates the policy by rolling it out in the env."""
+        return None
+
     def total_steps(self, default: int) -> int:
         """The run's length in `step_unit`s (`default`: runner.total_env_steps)."""
         return default

@@ -269,40 +269,39 @@ class BC(Algorithm):
         self.step = state["step"]
 
 
-def load_demonstrations(config: BCConfig, task: str, env: VecEnv, cameras: list[str]) -> Demonstrations:
-    """The dataset `config` names, checked against the task and env it will be evaluated in; ConfigError on
-    `algo.dataset` naming what is wrong with it (missing, empty, damaged, of another task or size)."""
+def load_demonstrations(
+    config: Any, task: str, env: VecEnv, cameras: list[str], field: str = "dataset"
+) -> Demonstrations:
+    """The dataset `config.<field>` names (an `algo` section with it and `max_episodes`), checked against the task
+    and env it will be evaluated in; ConfigError on `algo.<field>` naming what is wrong with it (missing, empty,
+    damaged, of another task or size)."""
+    name, dataset = f"algo.{field}", getattr(config, field)
     check(
-        bool(config.dataset),
-        "algo.dataset",
-        "give the demonstration dataset: algo.dataset=data/<task> "
-        "(write one with `policyforge collect <task> --episodes N`)",
+        bool(dataset),
+        name,
+        f"give the dataset: {name}=data/<task> (write one with `policyforge collect <task> --episodes N`)",
     )
-    path = Path(config.dataset)
+    path = Path(dataset)
     record = f"`policyforge collect {task} --episodes 100 --out {path}`"
-    check(path.exists(), "algo.dataset", f"{path} does not exist; write it with {record}")
+    check(path.exists(), name, f"{path} does not exist; write it with {record}")
     try:
         demos = Demonstrations(path)
         recorded = demos.info.get("policyforge", {}).get("task")
-        check(
-            recorded in (None, task),
-            "algo.dataset",
-            f"{path} holds demonstrations of {recorded!r}, not sim.task={task!r}",
-        )
-        check(demos.num_episodes > 0, "algo.dataset", f"{path} holds no episodes: record some with {record}")
+        check(recorded in (None, task), name, f"{path} holds demonstrations of {recorded!r}, not sim.task={task!r}")
+        check(demos.num_episodes > 0, name, f"{path} holds no episodes: record some with {record}")
         state_dim, action_dim = demos.column(STATE).shape[1], demos.column(ACTION).shape[1]
     except DatasetError as err:
-        raise ConfigError("algo.dataset", str(err)) from None
+        raise ConfigError(name, str(err)) from None
     check(
         (state_dim, action_dim) == (env.obs_shapes["policy"][0], env.action_dim),
-        "algo.dataset",
+        name,
         f"{path} has states of {state_dim} and actions of {action_dim} values, the env {env.obs_shapes['policy'][0]} "
         f"and {env.action_dim} (different task_options?)",
     )
     missing = sorted(set(cameras) - set(demos.cameras))
     check(not missing, "sim.image.cameras", f"{path} has no video of {missing}; it has {demos.cameras}")
     check(
-        config.max_episodes <= demos.num_episodes,
+        field != "dataset" or config.max_episodes <= demos.num_episodes,
         "algo.max_episodes",
         f"{path} holds {demos.num_episodes} episodes, fewer than {config.max_episodes}: set algo.max_episodes to at "
         f"most {demos.num_episodes} (0: all), or record more with {record}",

@@ -176,16 +176,28 @@ def read(path: Path) -> dict[str, Any]:
     return _rebuild(state, _from_plain)
 
 
-def rank(figures: dict[str, float]) -> tuple[float, float]:
-    """How evaluations compare for best.pt: the higher success rate, then (a tie, or a task without success) the
-    higher mean return."""
-    return figures.get("eval/success", 0.0), figures["eval/return"]
+RANKED_BY = ("eval/success", "eval/return")
+"""How rollout evaluations compare (`Algorithm.ranked_by`)."""
 
 
-def save_best(directory: Path, policy: dict[str, Any], steps: int, step_unit: str, figures: dict[str, float]) -> Path:
+def rank(figures: dict[str, float], keys: tuple[str, ...] = RANKED_BY) -> tuple[float, ...]:
+    """How evaluations compare for best.pt: by `keys` in order (by default the higher success rate, then — a tie, or
+    a task without success — the higher mean return); a figure an evaluation lacks counts as 0."""
+    return tuple(figures.get(key, 0.0) for key in keys)
+
+
+def save_best(
+    directory: Path,
+    policy: dict[str, Any],
+    steps: int,
+    step_unit: str,
+    figures: dict[str, float],
+    ranked_by: tuple[str, ...] = RANKED_BY,
+) -> Path:
     """Write `best.pt` atomically: the `policy` state of the evaluation at `steps` (in `step_unit`) with its figures
-    (`eval/success` where the task has one, `eval/return`)."""
-    best = {"step": steps, "step_unit": step_unit, **{k: v for k, v in figures.items() if k in _BEST_FIGURES}}
+    (`eval/success` where the task has one, `eval/return`, and those it was `ranked_by`)."""
+    kept = (*_BEST_FIGURES, *ranked_by)
+    best = {"step": steps, "step_unit": step_unit, **{k: v for k, v in figures.items() if k in kept}}
     return write(Path(directory) / BEST, {"algo": {"policy": policy}, "best": best})
 
 

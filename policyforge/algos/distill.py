@@ -50,7 +50,7 @@ class DistillConfig(PPOConfig):
     """Distillation from a trained run's policy (`algo: {class: distill, ...}`); the PPO fields serve mode rpd
     (rollout_steps, actor_lr and max_grad_norm serve every mode)."""
 
-    runs_a_teacher = True
+    reads_images = True
     teacher: str = ""
     """The teacher: a run directory (any policy class; a VLA, a privileged PPO run, a diffusion or flow run)."""
     teacher_checkpoint: str = "best"

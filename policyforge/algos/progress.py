@@ -179,6 +179,9 @@ def eval_figures(metrics: dict[str, float], episodes: int | None = None, short: 
     if "eval/success" in metrics:
         parts.append(f"success {percent(metrics['eval/success'])}{count}")
         count = ""
+    if "eval/return" not in metrics:  # an offline evaluation (a reward model's): its own figures
+        parts += [f"{key[5:]} {value:.3g}" for key, value in metrics.items() if key.startswith("eval/")]
+        return ", ".join(parts)
     spread = metrics.get("eval/return_std")
     ret = f"return {metrics['eval/return']:.1f}" + (f" ± {spread:.1f}" if spread is not None and not short else "")
     parts.append(ret + count)

@@ -48,9 +48,9 @@ class AlgoConfig(Tagged, abc.ABC):
 
     registry: ClassVar[dict[str, type[Tagged]]] = {}
     plugin_group: ClassVar[str] = "policyforge.algorithms"
-    runs_a_teacher: ClassVar[bool] = False
-    """The algorithm runs another policy on the env's observations (distillation's teacher), which may read what
-    the trained policy does not (images)."""
+    reads_images: ClassVar[bool] = False
+    """The algorithm reads the env's camera images itself, where the trained policy may not: distillation's teacher
+    (another policy on the env's observations), a reward model being trained."""
     entry: ClassVar[AlgorithmEntry]
     """How the algorithm builds itself (set by `register_algorithm`)."""
 

@@ -15,8 +15,12 @@ if TYPE_CHECKING:
 def check_sections(config: RunConfig) -> None:
     """Raise `ConfigError` naming a field whose value the other sections rule out."""
     config.algo.entry.check(config)
-    if config.sim.image.cameras and not config.policy.reads_images and not config.algo.runs_a_teacher:
-        why = f"the {config.policy.tag} policy reads states only: use a diffusion, flow or VLA policy, or no cameras"
+    image_readers = config.policy.reads_images or config.algo.reads_images or config.sim.reward_model.enabled
+    if config.sim.image.cameras and not image_readers:
+        why = (
+            f"the {config.policy.tag} policy reads states only: use a diffusion, flow or VLA policy, or no cameras "
+            "(or a reward model that reads them: sim.reward_model.path)"
+        )
         check(False, "sim.image.cameras", why)
     views = getattr(getattr(config.policy, "encoder", None), "views", [])
     if views:

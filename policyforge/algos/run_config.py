@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import policyforge.policies  # noqa: F401  (registers the policy classes)
-from policyforge.algos import bc, distill, ppo, run_files, sac  # noqa: F401  (register the algorithms)
+from policyforge.algos import bc, distill, ppo, reward_model, run_files, sac  # noqa: F401  (register the algorithms)
 from policyforge.algos.ppo_config import PPOConfig
 from policyforge.algos.registry import AlgoConfig
 from policyforge.algos.run_checks import check_sections

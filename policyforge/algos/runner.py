@@ -175,7 +175,7 @@ class Runner:
         best = self.run_dir / "checkpoints" / checkpoint.BEST
         if best.is_file():
             try:
-                self._best = checkpoint.rank(checkpoint.read(best)["best"])
+                self._best = checkpoint.rank(checkpoint.read(best)["best"], self.algo.ranked_by)
             except (checkpoint.CheckpointError, KeyError) as err:
                 log.warning("%s: %s; the next evaluation rewrites it", best, err)
 
@@ -271,14 +271,19 @@ class Runner:
         """`evaluate`, timed (`perf/eval_s`), shown as a line of the display, and kept as best.pt if it is the best
         evaluation of the run so far (`checkpoint.rank`)."""
         start = time.perf_counter()
-        metrics = self.evaluate(video=video)
+        metrics = self.algo.evaluation()
+        if metrics is None:
+            metrics = self.evaluate(video=video)
         seconds = time.perf_counter() - start
-        best = self._best is None or checkpoint.rank(metrics) > self._best
+        ranked_by = self.algo.ranked_by
+        best = self._best is None or checkpoint.rank(metrics, ranked_by) > self._best
         if best:
             with self._stops.deferred():
                 policy = self.algo.policy.state_dict()
-                checkpoint.save_best(self.run_dir / "checkpoints", policy, self.env_steps, self.algo.step_unit, metrics)
-            self._best = checkpoint.rank(metrics)
+                checkpoint.save_best(
+                    self.run_dir / "checkpoints", policy, self.env_steps, self.algo.step_unit, metrics, ranked_by
+                )
+            self._best = checkpoint.rank(metrics, ranked_by)
         display.evaluation(self.env_steps, metrics, seconds, self.config.runner.eval_envs, best)
         return {**metrics, "perf/eval_s": seconds}
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 
 from policyforge.config import ConfigError, check, check_bounds, check_in, from_dict
+from policyforge.rewards.config import RewardModelConfig
 
 MAX_ENVS = 65_536
 """Most environments in one batch (sim.num_envs, runner.eval_envs): 16× the largest batch the benchmarks run (4096 MJX
@@ -110,6 +111,9 @@ class SimConfig:
     """Domain randomisation of physical parameters."""
     image: ImageConfig = dataclasses.field(default_factory=ImageConfig)
     """Image observations."""
+    reward_model: RewardModelConfig = dataclasses.field(default_factory=RewardModelConfig)
+    """A reward model reading the cameras and the instruction as the env's reward (`rewards.wrapper`); off unless
+    its path is set."""
 
     def __post_init__(self) -> None:
         check_in(self.num_envs, "num_envs", f"[1, {MAX_ENVS}]")

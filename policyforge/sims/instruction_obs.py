@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from policyforge.sims.vec_env import Obs, StepResult, VecEnv
+from policyforge.sims.wrapper import VecEnvWrapper
 
 INSTRUCTION_KEY = "instruction"
 """Observation key of the instruction's token ids."""
@@ -89,19 +90,14 @@ def tokenizer() -> InstructionTokenizer:
     return InstructionTokenizer()
 
 
-class InstructionObs(VecEnv):
+class InstructionObs(VecEnvWrapper):
     """A VecEnv whose observations carry `obs["instruction"]` (module docstring); everything else is the wrapped
     env's. `info["final_obs"]` carries the instruction of the episode that ended."""
 
     def __init__(self, env: VecEnv):
-        self.env = env
-        self.obs_shapes = {**env.obs_shapes, INSTRUCTION_KEY: (INSTRUCTION_TOKENS,)}
+        super().__init__(env)
+        self.obs_shapes[INSTRUCTION_KEY] = (INSTRUCTION_TOKENS,)
         self.tokens = self._tokens()
-
-    def __getattr__(self, name: str) -> Any:  # num_envs, device, task, state …: the wrapped env's
-        if name == "env":
-            raise AttributeError(name)
-        return getattr(self.env, name)
 
     def _tokens(self) -> torch.Tensor:
         texts = self.env.instructions()
@@ -128,28 +124,9 @@ class InstructionObs(VecEnv):
     def reset_to(self, initial: Any) -> Obs:
         return self._with_tokens(self.env.reset_to(initial))
 
-    def render(self, *args: Any, **kwargs: Any) -> Any:
-        return self.env.render(*args, **kwargs)
-
-    @property
-    def cameras(self) -> list[str]:
-        return self.env.cameras
-
-    def instructions(self) -> list[str] | None:
-        return self.env.instructions()
-
-    def images(self, env_ids: Any) -> torch.Tensor:
-        return self.env.images(env_ids)
-
-    def get_state(self) -> dict[str, Any] | None:
-        return self.env.get_state()
-
     def set_state(self, state: dict[str, Any]) -> None:
         self.env.set_state(state)
         self.tokens = self._tokens()
-
-    def close(self) -> None:
-        self.env.close()
 
 
 def tokenizer_installed() -> bool:

@@ -25,10 +25,16 @@ def make_task(name: str, options: dict[str, Any] | None = None) -> Task:
 
 def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
     """The VecEnv a `SimConfig` describes, reset with `seed`; a task that draws instructions also observes them as
-    token ids (`obs["instruction"]`, `instruction_obs.InstructionObs`)."""
+    token ids (`obs["instruction"]`, `instruction_obs.InstructionObs`); with `sim.reward_model` its reward is the
+    model's (`rewards.wrapper.RewardWrapper`)."""
     from policyforge.sims.instruction_obs import with_instructions
 
-    return with_instructions(_make_env(config, seed))
+    env = with_instructions(_make_env(config, seed))
+    if config.reward_model.enabled:
+        from policyforge.rewards.load import with_reward_model
+
+        env = with_reward_model(env, config)
+    return env
 
 
 def _make_env(config: SimConfig, seed: int) -> VecEnv:

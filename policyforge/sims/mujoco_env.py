@@ -108,12 +108,12 @@ class MujocoVecEnv(VecEnv):
     def instructions(self) -> list[str] | None:
         return self.task.instructions(self.vars)
 
-    def images(self, env_ids: Any) -> torch.Tensor:
+    def images(self, env_ids: Any, final: bool = False) -> torch.Tensor:
         if self._image is None:
-            return super().images(env_ids)
+            return super().images(env_ids, final)
         ids = np.atleast_1d(np.asarray(env_ids, dtype=np.int64))
         env_ids_of(ids, self.num_envs)  # ValueError naming ids out of range
-        return to_torch(self._images(ids), self.device)
+        return to_torch(self._images(ids, final), self.device)
 
     def reset_to(self, initial: ResetState) -> Obs:
         self._final_poses = {}
@@ -159,14 +159,15 @@ class MujocoVecEnv(VecEnv):
     ) -> np.ndarray:
         ids = np.arange(self.num_envs) if env_ids is None else np.atleast_1d(np.asarray(env_ids))
         renderer = self._renderers.get(width, height)
-        frames = []
-        for env in map(int, ids):
-            data = self.batch.get_data(env, self._scratch)
-            if final and env in self._final_poses:
-                qpos, mocap_pos = self._final_poses[env]
-                _render.pose_before_reset(self.task.model, data, qpos, mocap_pos)
-            frames.append(renderer.render(data, camera))
-        return np.stack(frames)
+        return np.stack([renderer.render(self._state_of(env, final), camera) for env in map(int, ids)])
+
+    def _state_of(self, env: int, final: bool) -> mujoco.MjData:
+        """Env `env`'s state in the scratch MjData (`final`: its pose before the last step's auto-reset, if any)."""
+        data = self.batch.get_data(env, self._scratch)
+        if final and env in self._final_poses:
+            qpos, mocap_pos = self._final_poses[env]
+            _render.pose_before_reset(self.task.model, data, qpos, mocap_pos)
+        return data
 
     def get_state(self) -> dict[str, Any]:
         """Physics state rows, per-env model fields, task variables, counters and the RNG."""
@@ -295,17 +296,18 @@ class MujocoVecEnv(VecEnv):
         """The `image` observations of envs `ids` [n, V, H, W, 3] uint8, or None where obs carry none."""
         return self._images(ids) if self._images_each_step else None
 
-    def _images(self, ids: np.ndarray) -> np.ndarray:
-        """Images [n, V, H, W, 3] uint8 of envs `ids`' current state from the configured cameras."""
+    def _images(self, ids: np.ndarray, final: bool = False) -> np.ndarray:
+        """Images [n, V, H, W, 3] uint8 of envs `ids`' current state from the configured cameras (`final`: the
+        state before the last step's auto-reset, `render`'s `final`)."""
         assert self._image is not None
         cfg = self._image
         if cfg.quality == "fast":
-            states = (self.batch.get_data(int(env), self._scratch) for env in ids)
+            states = (self._state_of(int(env), final) for env in ids)
             return self._renderers.tiled(cfg.width, cfg.height).render(states, cfg.cameras)
         renderer = self._renderers.get(cfg.width, cfg.height)
         frames = np.empty((len(ids), len(cfg.cameras), cfg.height, cfg.width, 3), dtype=np.uint8)
         for row, env in enumerate(ids):
-            data = self.batch.get_data(int(env), self._scratch)
+            data = self._state_of(int(env), final)
             for view, camera in enumerate(cfg.cameras):
                 frames[row, view] = renderer.render(data, camera)
         return frames

@@ -5,6 +5,7 @@
     obs = env.reset_envs([0, 2])                   # new episodes in envs 0 and 2 only
     texts = env.instructions()                     # N strings: each env's current instruction, or None
     frames = env.images([0, 2])                    # image observations of envs 0 and 2 now, uint8 [2, V, H, W, 3]
+    frames = env.images([0, 2], final=True)        # … as they were at the end of the last step, before any reset
 
 Tensors live on `env.device`: observations float32 (images uint8 [N, V, H, W, 3]), `reward` float32 [N],
 `terminated` and `truncated` bool [N]. `terminated` (a terminal state: fell, broke) and `truncated` (the time
@@ -157,10 +158,12 @@ class VecEnv(abc.ABC):
         (module docstring)."""
         return None
 
-    def images(self, env_ids: Any) -> torch.Tensor:
+    def images(self, env_ids: Any, final: bool = False) -> torch.Tensor:
         """Image observations uint8 [n, V, H, W, 3] of envs `env_ids` as they are now (the state the last returned
         `obs` describes), rendered on request: the `image` that `sim.image.render: on_request` leaves out of obs (the
-        same frames; the fast renderer draws a subset in other tiles of its buffer, a level apart in a few pixels)."""
+        same frames; the fast renderer draws a subset in other tiles of its buffer, a level apart in a few pixels).
+        `final`: the state at the end of the last step before any auto-reset, as `info["final_obs"]` observes it
+        (a reward model scores the last state of an episode that just ended)."""
         raise RuntimeError(f"{type(self).__name__} renders no image observations (sim.image.cameras is empty)")
 
     def reset_to(self, initial: Any) -> Obs:

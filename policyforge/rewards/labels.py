@@ -1,0 +1,123 @@
+"""Training labels of a reward model, from a LeRobot dataset of rollouts (`policyforge collect` writes them).
+
+Each frame is the state before its action; its success is the dataset's `next.success` of the frame before (the
+state that action made; false at an episode's first frame). Its progress:
+  - in an episode that succeeds, a ramp in time: 0 at the first frame, 1 from the first successful frame on
+    (the "progress ramps" of successful demonstrations, as GVL and ReWiND read expert videos);
+  - in an episode that never succeeds, unknown (NaN, left out of the progress loss): only its success (0) is taught.
+Negatives made from the same frames:
+  - counterfactual instruction (RoboReward): a frame paired with another instruction of the dataset that names
+    another task (another family, object or target). Success 0; progress 0 where the frame is at least half-way
+    through its own task (the scene shows another task being done), unknown before that;
+  - temporal reversal (ReWiND's rewinding, for windows of T ≥ 2 frames): the window played backwards, labelled as
+    the frame it now ends on, so motion towards the goal is not read as progress by itself.
+
+    samples = RewardFrames(demos, cameras, window, frame_stride)
+    frames, instruction_ids, progress, success = samples.sample(batch, counterfactual=0.3, reversal=0.2)
+        frames uint8 [B, T, V, H, W, 3], instruction_ids int32 [B, L], progress [B] (NaN: unknown), success [B]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from policyforge.data.dataset import DatasetError, Demonstrations
+
+SUCCESS_KEY = "next.success"
+
+
+class RewardFrames:
+    """A dataset's frames with their labels, and random training samples of them (module docstring)."""
+
+    def __init__(
+        self, demos: Demonstrations, cameras: list[str], window: int, frame_stride: int, max_episodes: int = 0
+    ):
+        """The frames of `demos`' first `max_episodes` episodes (0: all), `cameras`' views of them."""
+        from policyforge.sims.instruction_obs import tokenizer
+
+        missing = [camera for camera in cameras if camera not in demos.cameras]
+        if missing:
+            raise DatasetError(
+                f"{demos.root} has no video of cameras {missing} (it has {demos.cameras}); the reward model reads "
+                f"sim.image.cameras={cameras}: record them (`policyforge collect ... --cameras {','.join(cameras)}`)"
+            )
+        if SUCCESS_KEY not in demos.info["features"]:
+            raise DatasetError(f"{demos.root} has no {SUCCESS_KEY}: a reward model learns success from it")
+        self.window, self.frame_stride = window, frame_stride
+        episodes = list(range(max_episodes or demos.num_episodes))
+        self.images = torch.as_tensor(np.stack([demos.images(camera, episodes) for camera in cameras], axis=1))
+        """Every frame's views [N, V, H, W, 3] uint8."""
+        self.bounds = demos.episode_bounds[episodes]
+        self.success, self.progress = frame_labels(demos.column(SUCCESS_KEY, episodes).astype(bool), self.bounds)
+        if not demos.tasks:
+            raise DatasetError(f"{demos.root} has no task instructions (meta/tasks.parquet): a reward model reads them")
+        self.task_index = torch.as_tensor(demos.column("task_index", episodes).astype(np.int64))
+        self.task_ids = tokenizer()(demos.tasks)
+        """Token ids int32 [K, L] of the dataset's K instructions."""
+        self.others = counterfactual_tasks(demos.tasks)
+        """For each task index, the indices of the dataset's tasks that name another task."""
+        lengths = self.bounds[:, 1] - self.bounds[:, 0]
+        self.first = torch.as_tensor(np.repeat(self.bounds[:, 0], lengths))
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def windows(self, frames: torch.Tensor, reverse: torch.Tensor | None = None) -> torch.Tensor:
+        """Frame indices [B, T] of the windows ending at `frames` [B] (clamped to the episode's first frame);
+        `reverse` [B] bool: those windows played backwards."""
+        offsets = torch.arange(self.window - 1, -1, -1) * self.frame_stride
+        index = torch.maximum(frames[:, None] - offsets, self.first[frames][:, None])
+        if reverse is not None:
+            index = torch.where(reverse[:, None], index.flip(1), index)
+        return index
+
+    def sample(
+        self, batch: int, counterfactual: float = 0.0, reversal: float = 0.0, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`batch` random samples (module docstring); `counterfactual` and `reversal` are the fractions of them
+        made into those negatives."""
+        frames = torch.randint(len(self), (batch,), generator=generator)
+        reverse = (torch.rand(batch, generator=generator) < reversal) & (self.window > 1)
+        index = self.windows(frames, reverse)
+        shown = index[:, -1]  # the frame a window ends on, whose labels it takes
+        progress, success = self.progress[shown].clone(), self.success[shown].clone()
+        tasks = self.task_index[frames]
+        swap = torch.rand(batch, generator=generator) < counterfactual
+        for row in swap.nonzero()[:, 0].tolist():
+            others = self.others[int(tasks[row])]
+            if others:
+                pick = int(torch.randint(len(others), (1,), generator=generator))
+                tasks[row] = others[pick]
+                success[row] = 0.0
+                progress[row] = 0.0 if progress[row] >= 0.5 else float("nan")
+        return self.images[index], self.task_ids[tasks], progress, success
+
+
+def frame_labels(next_success: np.ndarray, bounds: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """(success, progress) float32 [N] of every frame from the dataset's `next.success` [N] and episode bounds
+    [E, 2] (module docstring; progress NaN in episodes that never succeed)."""
+    success = np.zeros(len(next_success), np.float32)
+    progress = np.full(len(next_success), np.nan, np.float32)
+    for start, end in bounds:
+        success[start + 1 : end] = next_success[start : end - 1]
+        reached = np.flatnonzero(success[start:end])
+        if len(reached):
+            steps = np.arange(end - start, dtype=np.float32)
+            progress[start:end] = np.minimum(steps / max(int(reached[0]), 1), 1.0)
+    return torch.as_tensor(success), torch.as_tensor(progress)
+
+
+def counterfactual_tasks(tasks: list[str]) -> list[list[int]]:
+    """For each task text, the indices of the other texts that name another task: for arm-instructed's
+    instructions another (family, object, target) — not a paraphrase of the same — for any other text, any other."""
+    from policyforge.sims.tasks.instructions import parse
+
+    def meaning(text: str) -> object:
+        try:
+            return parse(text)[:3]
+        except ValueError:
+            return text
+
+    meanings = [meaning(text) for text in tasks]
+    return [[j for j, other in enumerate(meanings) if other != mine] for mine in meanings]

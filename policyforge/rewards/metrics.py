@@ -1,0 +1,83 @@
+"""How well a reward model agrees with ground truth on held-out rollouts (a dataset it did not train on).
+
+figures = reward_accuracy(model, RewardFrames(held_out, ...))
+success_accuracy        episodes whose last frame the model calls done (probability ≥ 0.5) exactly when the
+                        simulator's success flag says so
+success_auc             ROC-AUC of the success probability over every frame
+progress_rank_corr      Spearman's ρ between the progress of a successful episode's frames (up to its first
+                        success) and their order in time, averaged over episodes: GVL's value-order correlation
+progress_kendall        the same with Kendall's τ
+counterfactual_accuracy last frames of successful episodes, paired with an instruction naming another task,
+                        that the model calls not done
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import stats
+
+from policyforge.rewards.base import RewardModel
+from policyforge.rewards.labels import RewardFrames
+
+BATCH = 256
+
+
+@torch.no_grad()
+def frame_scores(
+    model: RewardModel, data: RewardFrames, frames: torch.Tensor | None = None, tasks: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Sigmoid scores [n, 2] (progress, success) of the windows ending at `frames` [n] (default: every frame of
+    `data`), each under its own instruction or under `tasks` [n] (indices into the dataset's instructions)."""
+    from policyforge.rewards.learned import LearnedReward
+
+    if not isinstance(model, LearnedReward):
+        raise TypeError(f"frame_scores reads a LearnedReward's logits, got {type(model).__name__}")
+    was_training = model.training
+    model.eval()
+    frames = torch.arange(len(data)) if frames is None else frames
+    tasks = data.task_index[frames] if tasks is None else tasks
+    out = []
+    for start in range(0, len(frames), BATCH):
+        part = slice(start, start + BATCH)
+        window = data.images[data.windows(frames[part])].to(model.device)
+        out.append(torch.sigmoid(model.logits(window, data.task_ids[tasks[part]].to(model.device))).cpu())
+    model.train(was_training)
+    return torch.cat(out)
+
+
+def reward_accuracy(model: RewardModel, data: RewardFrames) -> dict[str, float]:
+    """The figures of the module docstring."""
+    scores = frame_scores(model, data)
+    progress, success = scores[:, 0].numpy(), scores[:, 1].numpy()
+    truth = data.success.numpy()
+    last = data.bounds[:, 1] - 1
+    figures = {"success_accuracy": float(np.mean((success[last] >= 0.5) == (truth[last] >= 0.5)))}
+    if 0 < truth.mean() < 1:
+        figures["success_auc"] = _auc(success, truth >= 0.5)
+    rhos, taus = [], []
+    for start, end in data.bounds:
+        reached = np.flatnonzero(truth[start:end])
+        if len(reached) and reached[0] >= 2:
+            ramp = progress[start : start + reached[0] + 1]
+            rhos.append(stats.spearmanr(np.arange(len(ramp)), ramp).statistic)
+            taus.append(stats.kendalltau(np.arange(len(ramp)), ramp).statistic)
+    if rhos:
+        figures["progress_rank_corr"] = float(np.nanmean(rhos))
+        figures["progress_kendall"] = float(np.nanmean(taus))
+    succeeded = last[truth[last] >= 0.5]
+    counterfactual = [(frame, data.others[int(data.task_index[frame])]) for frame in succeeded]
+    counterfactual = [(frame, others[0]) for frame, others in counterfactual if others]
+    if counterfactual:
+        frames = torch.as_tensor([frame for frame, _ in counterfactual])
+        tasks = torch.as_tensor([other for _, other in counterfactual])
+        swapped = frame_scores(model, data, frames, tasks)[:, 1].numpy()
+        figures["counterfactual_accuracy"] = float(np.mean(swapped < 0.5))
+    return figures
+
+
+def _auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """ROC-AUC: the probability that a positive scores above a negative (Mann-Whitney U, ties counted half)."""
+    ranks = stats.rankdata(scores)
+    n_pos, n_neg = positive.sum(), (~positive).sum()
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))

@@ -1,0 +1,108 @@
+"""Training the learned reward model (`algo: reward_model`): its labels, a run through `policyforge train` that
+fits progress and success (the figures of `rewards/metrics.py` rise from chance), exact resumption, the trained
+model as an env's reward from its run directory, and datasets that do not fit the run refused naming the field."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from policyforge.algos import checkpoint
+from policyforge.rewards.labels import counterfactual_tasks, frame_labels
+from policyforge.rewards.learned import load_learned
+from policyforge.sims import SimConfig, make_env
+from policyforge.sims.config import ImageConfig
+from tests.rewards.conftest import OPTIONS, SIZE
+
+pytestmark = pytest.mark.slow
+
+
+def test_labels_ramp_to_the_first_success_and_failures_have_no_progress():
+    next_success = np.array([0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1], bool)  # an episode of 6 frames, then one of 5
+    success, progress = frame_labels(next_success, np.array([[0, 6], [6, 11]]))
+    assert success.tolist() == [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]  # a frame is the state its previous action made
+    assert progress[:6].tolist() == [0, 0.25, 0.5, 0.75, 1, 1]
+    assert torch.isnan(progress[6:]).all(), "the second episode never succeeds"
+
+
+def test_counterfactual_instructions_name_another_task_not_a_paraphrase():
+    tasks = ["touch the red cube", "reach for the red cube", "touch the blue cube", "lift the red cube", "wave"]
+    assert counterfactual_tasks(tasks) == [[2, 3, 4], [2, 3, 4], [0, 1, 3, 4], [0, 1, 2, 4], [0, 1, 2, 3]]
+
+
+def settings(tmp_path, rollouts, held_out, name: str, *overrides: str) -> list[str]:
+    """The shipped recipe (configs/reward-model.yaml) on the tests' small datasets."""
+    return [
+        "configs/reward-model.yaml", f"out_dir={tmp_path}", f"name={name}", f"sim.task_options={json.dumps(OPTIONS)}",
+        f"sim.image.width={SIZE}", f"sim.image.height={SIZE}", f"algo.dataset={rollouts}",
+        f"algo.eval_dataset={held_out}", "algo.gradient_steps=600", "algo.steps_per_iteration=100",
+        "runner.eval_every_steps=300", "runner.checkpoint_every=2", *overrides,
+    ]  # fmt: skip
+
+
+TRAIN = [sys.executable, "-m", "policyforge.cli", "train"]
+
+
+def train(tmp_path, rollouts, held_out, name: str, *overrides: str) -> subprocess.CompletedProcess:
+    command = [*TRAIN, *settings(tmp_path, rollouts, held_out, name, *overrides)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def test_a_reward_model_run_fits_progress_and_success_and_scores_an_env(tmp_path, rollouts):
+    run = train(tmp_path, rollouts, rollouts, "fit")
+    assert run.returncode == 0, run.stderr[-2000:]
+    evaluations = [json.loads(line) for line in (tmp_path / "fit" / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [e for e in evaluations if "eval/success_auc" in e]
+    last = evaluations[-1]
+    assert last["eval/success_auc"] >= 0.9 and last["eval/progress_rank_corr"] >= 0.8, last
+    assert last["eval/counterfactual_accuracy"] >= 0.6, last
+    best = checkpoint.read(tmp_path / "fit" / "checkpoints" / "best.pt")["best"]
+    assert best["eval/success_accuracy"] == max(e["eval/success_accuracy"] for e in evaluations)
+
+    model = load_learned(tmp_path / "fit")
+    sim = SimConfig(task="arm-instructed", num_envs=4, num_threads=1, task_options=OPTIONS,
+                    image=ImageConfig(cameras=["task"], width=SIZE, height=SIZE, render="on_request"))  # fmt: skip
+    sim.reward_model.path = str(tmp_path / "fit")
+    env = make_env(sim, seed=0)
+    env.reset(seed=0)
+    info = env.step(torch.zeros(4, 5))[-1]
+    scores = model.score(env.images(range(4)), env.instructions())
+    torch.testing.assert_close(info["reward_terms"]["model_progress"], scores.progress, rtol=0, atol=1e-6)
+    torch.testing.assert_close(info["reward_terms"]["model_reward"], scores.progress, rtol=0, atol=1e-6)
+
+
+def test_a_killed_reward_model_run_resumes_to_the_same_weights(tmp_path, rollouts, held_out_rollouts):
+    whole = train(tmp_path, rollouts, held_out_rollouts, "whole", "algo.gradient_steps=500")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    command = [*TRAIN, *settings(tmp_path, rollouts, held_out_rollouts, "killed", "algo.gradient_steps=500")]
+    killed = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = tmp_path / "killed" / "checkpoints" / f"step_{200:010d}.pt"
+    deadline = time.time() + 300
+    while not first.exists() and killed.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert killed.poll() is None, "the run ended before it could be killed"
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert checkpoint.read(tmp_path / "killed" / "checkpoints" / "latest.pt")["env_steps"] < 500
+    resumed = subprocess.run([*TRAIN, "--resume", str(tmp_path / "killed")], capture_output=True, text=True,
+                             timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = (checkpoint.read(tmp_path / run / "checkpoints" / "latest.pt")["algo"] for run in ("whole", "killed"))
+    for name in a["policy"]:
+        assert torch.equal(a["policy"][name], b["policy"][name]), name
+
+
+def test_a_dataset_without_the_models_cameras_or_size_is_refused_naming_the_field(tmp_path, rollouts):
+    run = train(tmp_path, rollouts, rollouts, "wrist", "sim.image.cameras=[wrist]")
+    said = " ".join(run.stdout.split())
+    assert run.returncode == 2 and "sim.image.cameras: " in said and "has no video of ['wrist']" in said, said
+    run = train(tmp_path, rollouts, rollouts, "size", "sim.image.width=48", "sim.image.height=48")
+    said = " ".join(run.stdout.split())
+    assert run.returncode == 2 and "sim.image.width: " in said and "holds 32 x 32 frames" in said, said
