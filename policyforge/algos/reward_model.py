@@ -145,9 +145,9 @@ def reward_frames(config: RunConfig, env: VecEnv, field: str) -> RewardFrames:
     cameras = list(config.sim.image.cameras)
     demos = load_demonstrations(config.algo, config.sim.task, env, cameras, field)
     model = config.algo.model
-    max_episodes = config.algo.max_episodes if field == "dataset" else 0
+    first = config.algo.max_episodes if field == "dataset" else 0
     try:
-        data = RewardFrames(demos, cameras, model.window, model.frame_stride, max_episodes)
+        data = RewardFrames(demos, cameras, model.window, model.frame_stride, range(first or demos.num_episodes))
     except DatasetError as err:
         raise ConfigError(f"algo.{field}", str(err)) from None
     height, width = data.images.shape[2:4]

@@ -37,8 +37,8 @@ from policyforge.algos.distill_command import decision_ms, distill_config, evalu
 from policyforge.algos.logger import read_metrics
 from policyforge.algos.ppo_config import PPOConfig
 from policyforge.algos.runner import RunConfig, Runner, load_run
+from policyforge.bench._kept import kept_result
 from policyforge.cli import find_recipe
-from policyforge.io import write_json
 from policyforge.policies.export import file_sha256
 
 STUDENTS = ("bc", "dagger", "rpd", "ppo_only", "ppo_only_dense")
@@ -107,14 +107,7 @@ def cached(
         sizes["teacher"] = args.teacher_sha  # another teacher (retrained, another run) is another table
     if settings is not None:
         sizes["settings"] = settings  # another recipe (its reward, λ, std) is another result
-    path = args.out / "results" / f"{name}.json"
-    if path.is_file():
-        kept = json.loads(path.read_text())
-        if kept.get("sizes") == sizes:
-            return kept
-    result = {**compute(*inputs), "sizes": sizes}
-    write_json(path, result)
-    return result
+    return kept_result(args.out / "results" / f"{name}.json", sizes, lambda: compute(*inputs))
 
 
 def family_rows(args: argparse.Namespace, family: str, console: Console) -> dict[str, list[dict[str, Any]]]:

@@ -7,10 +7,60 @@ from typing import Literal
 
 from policyforge.config import check, check_in
 
-REWARD_KINDS = ("learned",)
+REWARD_KINDS = ("learned", "clip", "vlm")
+ANSWERS = ("likelihood", "generate")
 SIGNALS = ("dense", "sparse", "both")
 MODES = ("replace", "add")
 MAX_EVERY = 1000
+
+
+@dataclasses.dataclass
+class ClipRewardConfig:
+    """A zero-shot CLIP-style reward (Rocamonde et al. 2024, VLM-RMs): the frame's embedding s, the goal's g (the
+    instruction in `goal_template`) and a baseline's b (`baseline`), all unit vectors; reward 1 - ½‖P(s - g)‖² with
+    P = α d dᵀ/‖d‖² + (1 - α) I, d = g - b, mapped from [-1, 1] to progress in [0, 1]; success is the zero-shot
+    probability of the goal text against the baseline text (softmax of the model's scaled similarities)."""
+
+    goal_template: str = "a robot arm that has done this: {instruction}"
+    """The goal prompt; `{instruction}` is replaced by the episode's instruction."""
+    baseline: str = "a robot arm on a table with cubes"
+    """The baseline prompt: the scene with no task done."""
+    alpha: float = 0.5
+    """How much of the distance to the goal counts only along the baseline → goal direction (0: plain distance, 1:
+    only that direction; VLM-RMs found partial projection best)."""
+
+    def __post_init__(self) -> None:
+        check("{instruction}" in self.goal_template, "goal_template", "must contain {instruction}")
+        check(bool(self.baseline.strip()), "baseline", "give the prompt of the scene with no task done")
+        check_in(self.alpha, "alpha", "[0, 1]")
+
+
+@dataclasses.dataclass
+class VlmJudgeConfig:
+    """A generative vision-language judge (RoboReward, Tan et al. 2025: a VLM rating a rollout's progress 1–5 from
+    its frames and the instruction). Progress is (score - 1) / 4, success the probability of 5."""
+
+    prompt: str = (
+        "These are {frames} frames of a robot arm's camera, oldest first. The robot's task: {instruction}. "
+        "Rate the task's progress in the last frame from 1 (not started) to 5 (completed). Answer with one digit."
+    )
+    """The question after the frames; `{instruction}` and `{frames}` (their number) are filled in."""
+    frames: int = 1
+    """Frames shown per question: the scored one and those before it, `frame_stride` control steps apart."""
+    frame_stride: int = 4
+    """Control steps between the frames shown (with frames > 1)."""
+    answer: Literal["likelihood", "generate"] = "likelihood"
+    """`likelihood`: read the model's next-token probabilities of the digits 1–5 (progress: their expectation;
+    deterministic, one forward pass); `generate`: greedy-decode an answer and parse its score (`parse_score`)."""
+    max_new_tokens: int = 8
+    """Tokens generated per answer (`generate`)."""
+
+    def __post_init__(self) -> None:
+        check("{instruction}" in self.prompt, "prompt", "must contain {instruction}")
+        check_in(self.frames, "frames", "[1, 32]")
+        check_in(self.frame_stride, "frame_stride", "[1, 1000]", unit=" control steps")
+        check(self.answer in ANSWERS, "answer", f"give one of {', '.join(ANSWERS)}, got {self.answer!r}")
+        check_in(self.max_new_tokens, "max_new_tokens", "[1, 256]")
 
 
 @dataclasses.dataclass
@@ -18,9 +68,20 @@ class RewardModelConfig:
     """A reward model as the env's reward (`rewards.wrapper.RewardWrapper`); off while `path` is empty."""
 
     path: str = ""
-    """What to load: a run directory of `algo: reward_model` (kind learned); empty: no reward model."""
-    kind: Literal["learned"] = "learned"
-    """`learned`: the compact progress + success model policyforge trains (`rewards.learned`), its best.pt."""
+    """What to load: a run directory of `algo: reward_model` (kind learned), or a directory of a transformers
+    checkpoint's files (`save_pretrained`, `hf download <repo> --local-dir DIR`; kind clip), read offline; empty: no
+    reward model."""
+    kind: Literal["learned", "clip", "vlm"] = "learned"
+    """`learned`: the compact progress + success model policyforge trains (`rewards.learned`), its best.pt;
+    `clip`: zero-shot CLIP / SigLIP similarity with VLM-RMs' goal–baseline projection (`rewards.clip`); `vlm`: a
+    vision-language model asked for a 1–5 progress score, RoboReward's question (`rewards.vlm`)."""
+    cameras: list[str] = dataclasses.field(default_factory=list)
+    """The cameras a zero-shot model (kind clip) reads, of sim.image.cameras (empty: the first); a learned model
+    reads those it was trained on."""
+    clip: ClipRewardConfig = dataclasses.field(default_factory=lambda: ClipRewardConfig())
+    """Prompts and projection of kind clip."""
+    vlm: VlmJudgeConfig = dataclasses.field(default_factory=lambda: VlmJudgeConfig())
+    """Prompt, frames and answer reading of kind vlm."""
     signal: Literal["dense", "sparse", "both"] = "dense"
     """`dense`: the progress gained since the env's last scored frame (a potential difference: an episode's sum is
     its last progress, so a model cannot be farmed by oscillating); `sparse`: 1 at every scored step whose success

@@ -19,6 +19,8 @@ Negatives made from the same frames:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -31,9 +33,14 @@ class RewardFrames:
     """A dataset's frames with their labels, and random training samples of them (module docstring)."""
 
     def __init__(
-        self, demos: Demonstrations, cameras: list[str], window: int, frame_stride: int, max_episodes: int = 0
+        self,
+        demos: Demonstrations,
+        cameras: list[str],
+        window: int,
+        frame_stride: int,
+        episodes: Sequence[int] | None = None,
     ):
-        """The frames of `demos`' first `max_episodes` episodes (0: all), `cameras`' views of them."""
+        """The frames of `demos`' `episodes` (default all), `cameras`' views of them."""
         from policyforge.sims.instruction_obs import tokenizer
 
         missing = [camera for camera in cameras if camera not in demos.cameras]
@@ -45,10 +52,13 @@ class RewardFrames:
         if SUCCESS_KEY not in demos.info["features"]:
             raise DatasetError(f"{demos.root} has no {SUCCESS_KEY}: a reward model learns success from it")
         self.window, self.frame_stride = window, frame_stride
-        episodes = list(range(max_episodes or demos.num_episodes))
+        episodes = list(range(demos.num_episodes)) if episodes is None else list(episodes)
         self.images = torch.as_tensor(np.stack([demos.images(camera, episodes) for camera in cameras], axis=1))
         """Every frame's views [N, V, H, W, 3] uint8."""
-        self.bounds = demos.episode_bounds[episodes]
+        lengths = np.diff(demos.episode_bounds[episodes], axis=1)[:, 0]
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        self.bounds = np.stack([starts[:-1], starts[1:]], axis=1)
+        """[E, 2] each selected episode's [from, to) frames in this object's arrays."""
         self.success, self.progress = frame_labels(demos.column(SUCCESS_KEY, episodes).astype(bool), self.bounds)
         if not demos.tasks:
             raise DatasetError(f"{demos.root} has no task instructions (meta/tasks.parquet): a reward model reads them")
@@ -57,7 +67,6 @@ class RewardFrames:
         """Token ids int32 [K, L] of the dataset's K instructions."""
         self.others = counterfactual_tasks(demos.tasks)
         """For each task index, the indices of the dataset's tasks that name another task."""
-        lengths = self.bounds[:, 1] - self.bounds[:, 0]
         self.first = torch.as_tensor(np.repeat(self.bounds[:, 0], lengths))
 
     def __len__(self) -> int:

@@ -1,0 +1,194 @@
+"""Reward models against ground truth: how well a trained reward model agrees with the simulator on held-out rollouts,
+what RL reaches with its reward alone, and what scoring costs the simulator.
+
+    policyforge bench reward-table --model runs/reward-model \\
+        --held-out data/rm-heldout-combination data/rm-heldout-paraphrase [--train-data data/rm-train] \\
+        [--rl-seeds 0 1 2] [--rl-steps 204800] [--throughput-envs 64] [--out bench/results/reward]
+
+1. Accuracy (`rewards/metrics.py`) per held-out dataset and instruction family: success accuracy on the episodes'
+   last frames, success ROC-AUC over frames, value-order correlation (Spearman, Kendall) of successful episodes,
+   counterfactual accuracy (the same last frames under an instruction naming another task).
+2. RL with the learned reward only: PPO from scratch (configs/touch-ppo-learned-reward.yaml) with the model's reward
+   and, side by side with the same seed and env steps, with the task's own dense reward; both evaluated by the
+   simulator's success. Runs are kept in OUT/results and reused at the same sizes.
+3. Throughput at N envs rendering the model's camera every step: env steps/s without a reward model, with it
+   scoring synchronously and asynchronously (k = 1), medians of interleaved rounds.
+
+The last line is one JSON object: {"learned": {"success_accuracy", "progress_rank_corr", ...}, "rl_learned_over_gt",
+"async_throughput_ratio", ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from policyforge import config as config_io
+from policyforge.algos.runner import RunConfig, Runner
+from policyforge.bench._kept import kept_result
+from policyforge.cli import find_recipe
+from policyforge.data.dataset import Demonstrations
+from policyforge.rewards.config import RewardModelConfig
+from policyforge.rewards.labels import RewardFrames
+from policyforge.rewards.learned import LearnedReward, load_learned
+from policyforge.rewards.metrics import reward_accuracy
+from policyforge.sims.tasks.instructions import FAMILIES, parse
+
+FIGURES = ("success_accuracy", "success_auc", "progress_rank_corr", "progress_kendall", "counterfactual_accuracy")
+
+
+def accuracy(model: LearnedReward, dataset: Path) -> dict[str, dict[str, float]]:
+    """The figures of every family's episodes in `dataset`, and of all of them."""
+    demos = Demonstrations(dataset)
+    inputs = model.inputs
+    task_index = demos.column("task_index")
+    families = [FAMILIES[parse(demos.tasks[task_index[start]])[0]] for start, _ in demos.episode_bounds]
+    rows = {}
+    for family in ["all", *sorted(set(families), key=FAMILIES.index)]:
+        episodes = [i for i, f in enumerate(families) if family in ("all", f)]
+        data = RewardFrames(demos, list(inputs.cameras), inputs.window, inputs.frame_stride, episodes)
+        rows[family] = {"episodes": len(episodes), **reward_accuracy(model, data)}
+    return rows
+
+
+def rl_run(args: argparse.Namespace, reward: str, seed: int) -> dict[str, Any]:
+    """One PPO run of the learned-reward recipe with `reward` "learned" or "gt" (the task's dense reward)."""
+    overrides = [f"seed={seed}", f"runner.total_env_steps={args.rl_steps}", "runner.video=none"]
+    overrides += [
+        f"out_dir={args.out / 'runs'}",
+        f"name=touch-{reward}-s{seed}",
+        f"runner.eval_every_steps={args.rl_eval_every}",
+    ]
+    if reward == "gt":
+        overrides += ['sim.reward_model.path=""', "sim.image.cameras=[]"]
+    else:
+        overrides += [f"sim.reward_model.path={args.model}"]
+    config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), overrides)
+    runner = Runner.start(config, Console(quiet=True))
+    started = time.perf_counter()
+    summary = runner.train()
+    runner.close()
+    curve = [
+        (record["env_steps"], record["eval/success"])
+        for record in map(json.loads, (runner.run_dir / "metrics.jsonl").read_text().splitlines())
+        if "eval/success" in record
+    ]
+    return {"success": summary["eval/success"], "wall_s": time.perf_counter() - started, "curve": curve}
+
+
+def throughput(args: argparse.Namespace, rounds: int = 3, steps: int = 48) -> dict[str, float]:
+    """Env steps/s at `args.throughput_envs` envs rendering the model's camera each step: no model, and the model
+    scoring every step synchronously and asynchronously (medians of `rounds` interleaved rounds)."""
+    from policyforge.rewards.wrapper import RewardWrapper
+    from policyforge.sims import make_env
+
+    config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), [f"sim.reward_model.path={args.model}"])
+    sim = dataclasses.replace(
+        config.sim,
+        num_envs=args.throughput_envs,
+        image=dataclasses.replace(config.sim.image, render="every_step"),
+        reward_model=RewardModelConfig(),
+    )
+    model = load_learned(args.model)
+    modes = {
+        "none": lambda env: env,
+        "sync": lambda env: RewardWrapper(env, model, RewardModelConfig(path=str(args.model)), sim.image),
+        "async": lambda env: RewardWrapper(
+            env, model, RewardModelConfig(path=str(args.model), asynchronous=True), sim.image
+        ),
+    }
+    rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(rounds):
+        for mode, wrap in modes.items():
+            env = wrap(make_env(sim, seed=0))
+            env.reset(seed=0)
+            actions = torch.rand(steps, env.num_envs, env.action_dim, generator=generator) * 2 - 1
+            env.step(actions[0])
+            started = time.perf_counter()
+            for action in actions[1:]:
+                env.step(action)
+            rates[mode].append((steps - 1) * env.num_envs / (time.perf_counter() - started))
+            env.close()
+    return {mode: statistics.median(values) for mode, values in rates.items()}
+
+
+def print_accuracy(console: Console, rows: dict[str, dict[str, dict[str, float]]]) -> None:
+    table = Table(title="reward model vs ground truth, held-out rollouts")
+    for column in ("dataset", "family", "episodes", *FIGURES):
+        table.add_column(column)
+    for dataset, families in rows.items():
+        for family, figures in families.items():
+            values = [f"{figures[key]:.2f}" if key in figures else "-" for key in FIGURES]
+            table.add_row(dataset, family, str(figures["episodes"]), *values)
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="an algo: reward_model run")
+    parser.add_argument("--held-out", type=Path, nargs="+", required=True, help="held-out rollout datasets")
+    parser.add_argument("--train-data", type=Path, help="the training rollouts too (how well the model fits them)")
+    parser.add_argument("--rl-seeds", type=int, nargs="*", default=[], help="seeds of the RL comparison (none: off)")
+    parser.add_argument("--rl-steps", type=int, default=204_800)
+    parser.add_argument("--rl-eval-every", type=int, default=25_600)
+    parser.add_argument("--throughput-envs", type=int, default=64, help="0: no throughput measurement")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/reward"))
+    args = parser.parse_args()
+    console = Console()
+    model = load_learned(args.model)
+    datasets = [*args.held_out, *([args.train_data] if args.train_data else [])]
+    rows = {path.name: accuracy(model, path) for path in datasets}
+    print_accuracy(console, rows)
+    summary: dict[str, Any] = {"learned": {k: v for k, v in rows[args.held_out[0].name]["all"].items()}}
+    summary["held_out"] = {name: families["all"] for name, families in rows.items()}
+    if args.rl_seeds:
+        sizes = {"steps": args.rl_steps, "eval_every": args.rl_eval_every, "model": str(args.model.resolve())}
+        runs = {
+            (reward, seed): kept_result(
+                args.out / "results" / f"touch-{reward}-s{seed}.json",
+                sizes,
+                lambda r=reward, s=seed: rl_run(args, r, s),
+            )
+            for seed in args.rl_seeds
+            for reward in ("gt", "learned")
+        }
+        table = Table(title=f"PPO from scratch on touch, {args.rl_steps:,} env steps: ground-truth success")
+        for column in ("seed", "task's dense reward", "learned reward", "learned / task's"):
+            table.add_column(column)
+        for seed in args.rl_seeds:
+            gt, learned = runs["gt", seed]["success"], runs["learned", seed]["success"]
+            table.add_row(str(seed), f"{gt:.0%}", f"{learned:.0%}", f"{learned / gt:.2f}" if gt else "-")
+        gt_mean = float(np.mean([runs["gt", s]["success"] for s in args.rl_seeds]))
+        learned_mean = float(np.mean([runs["learned", s]["success"] for s in args.rl_seeds]))
+        table.add_row(
+            "mean", f"{gt_mean:.0%}", f"{learned_mean:.0%}", f"{learned_mean / gt_mean:.2f}" if gt_mean else "-"
+        )
+        console.print(table)
+        summary.update({"rl_gt_success": gt_mean, "rl_learned_success": learned_mean})
+        summary["rl_learned_over_gt"] = learned_mean / gt_mean if gt_mean else None
+    if args.throughput_envs:
+        rates = throughput(args)
+        table = Table(title=f"env steps/s, {args.throughput_envs} envs rendering the model's camera, k = 1")
+        for column in ("no reward model", "synchronous", "asynchronous", "sync / none", "async / none"):
+            table.add_column(column)
+        table.add_row(*(f"{rates[m]:.0f}" for m in ("none", "sync", "async")),
+                      f"{rates['sync'] / rates['none']:.2f}", f"{rates['async'] / rates['none']:.2f}")  # fmt: skip
+        console.print(table)
+        summary["throughput"] = rates
+        summary["async_throughput_ratio"] = rates["async"] / rates["none"]
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
