@@ -101,7 +101,10 @@ def tiny_qwen(tmp_path_factory) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (
-        PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil,
+        PreTrainedTokenizerFast,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLImageProcessorPil,
     )  # fmt: skip
 
     from policyforge.rewards.config import VlmJudgeConfig
