@@ -111,6 +111,19 @@ class ArmAdapter:
         mujoco.mj_kinematics(self.task.model, scratch)
         return scratch.site("tcp").xpos.copy()
 
+    def twin_copy(self) -> mujoco.MjData:
+        """A copy of the twin with the scene (cubes, pads), for a renderer on another thread (`success_detector`)."""
+        copy = mujoco.MjData(self.task.model)
+        copy.qpos[:], copy.ctrl[:] = self._scratch.qpos, self._scratch.ctrl
+        if self.task.model.nmocap:
+            copy.mocap_pos[:] = self._scratch.mocap_pos
+        return copy
+
+    def pose(self, data: mujoco.MjData, joint_pos: np.ndarray) -> None:
+        """Put the arm of `data` (a `twin_copy`) at joint positions [7], fingers open, kinematics current."""
+        data.qpos[self.task.arm_qpos], data.qpos[self.task.finger_qpos] = joint_pos, FINGER_OPEN
+        mujoco.mj_forward(self.task.model, data)
+
     def _draw_scene(self, seed: int, instruction: str | None) -> dict[str, np.ndarray]:
         """The layout and instruction of the task's reset with `seed` (another `instruction` in its place, with its
         goal), put into the twin (and its scratch copy); DeployError for families whose cubes move."""

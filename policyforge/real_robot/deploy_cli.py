@@ -28,6 +28,8 @@ DEPLOY_FLAGS = {
     "scene_seed": "--scene-seed",
     "instruction": "--instruction",
     "workspace_floor": "--workspace-floor",
+    "reward_model": "--reward-model",
+    "reward_every_s": "--reward-every",
     "workspace_low_z": "--workspace-floor",
     "arm_mode": "--mode",
     "host": "--host",
@@ -101,6 +103,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help=f"arms: exit {NOT_REACHED_EXIT} unless the end effector ends within the task's success distance of "
         "the goal (for scripts and CI)",
     )
+    deploying.add_argument(
+        "--reward-model",
+        default=None,
+        help="arms with an instruction: a reward model run (algo: reward_model) that scores progress and success "
+        "from the MuJoCo twin's camera at the measured joints while the policy runs",
+    )
+    deploying.add_argument(
+        "--reward-every", type=float, default=0.2, help="seconds between the reward model's scorings"
+    )
     deploying.set_defaults(run=run)
 
 
@@ -130,6 +141,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             realtime=args.realtime,
             cpus=_cpu_list(args.cpus),
             expect_reach=args.expect_reach,
+            reward_model=Path(args.reward_model) if args.reward_model else None,
+            reward_every_s=args.reward_every,
         )
         done = deploy(config, say=lambda text: console.print(text, markup=False, soft_wrap=True))
     except ConfigError as err:
@@ -164,6 +177,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if "displacement" in facts:
         rows["peer: base moved (x, y)"] = "{:.2f}, {:.2f} m".format(*facts["displacement"])
         rows["peer: unsafe commands"] = str(sum(facts["unsafe"].values()))
+    if "reward_model" in facts and facts["reward_model"].get("scored"):
+        scored = facts["reward_model"]
+        rows["reward model: progress"] = (
+            f"{scored['progress_first']:.2f} → {scored['progress_last']:.2f} (highest {scored['progress_max']:.2f})"
+        )
+        rows["reward model: success"] = f"{scored['success_last']:.2f} ({'done' if scored['success'] else 'not done'})"
     if config.record:
         rows["recorded to"] = str(config.record)
     for key, value in rows.items():

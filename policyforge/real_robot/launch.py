@@ -39,6 +39,7 @@ from policyforge.real_robot.progress import (
     overrun_assessment,
 )
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
+from policyforge.real_robot.success_detector import detector_line, success_detector
 
 ROBOTS = {"go2": ("quadruped-walk",), "franka": ("arm-reach", "arm-instructed")}
 """Robots `deploy` drives → the tasks their policies may be trained on (arm-instructed: families that leave the cubes
@@ -102,6 +103,11 @@ class DeployConfig:
     """CPUs the control loop and its policy thread are kept on, e.g. (1,) (None: wherever the kernel puts them)."""
     expect_reach: bool = False
     """Arms: the deployment is expected to reach its goal (`Deployment.verdict`; the CLI exits non-zero if not)."""
+    reward_model: Path | None = None
+    """Arms with an instruction: a reward model (an `algo: reward_model` run) that scores the task's progress and
+    success while the policy runs, from the MuJoCo twin's cameras at the measured joints (`success_detector`)."""
+    reward_every_s: float = 0.2
+    """Seconds between two scorings of the reward model."""
 
     def loop_config(self, rate_hz: float, policy_rate_hz: float) -> LoopConfig:
         """The control loop's settings for a robot ticking at `rate_hz` and a policy acting at `policy_rate_hz`."""
@@ -122,6 +128,11 @@ class DeployConfig:
             raise ConfigError("cpus", err.reason) from None
         check(self.robot in (None, *ROBOTS), "robot", f"unknown robot {self.robot!r}; drivers: {sorted(ROBOTS)}")
         check(self.peer in (None, "sim"), "peer", f"unknown peer {self.peer!r}; use 'sim' or leave it out for hardware")
+        check(
+            isinstance(self.reward_every_s, int | float) and 0.01 <= self.reward_every_s <= 60,
+            "reward_every_s",
+            f"must be in [0.01, 60] s, got {self.reward_every_s!r}",
+        )
         check(
             isinstance(self.seconds, int | float) and math.isfinite(self.seconds) and self.seconds > 0,
             "seconds",
@@ -206,6 +217,7 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
     robot, adapter, safety_config, rate = _robot_and_adapter(config, policy, domain, policy_rate)
     _check_before_connecting(config, policy, adapter, robot.spec)
     loop_config = config.loop_config(rate, policy_rate)
+    detector = success_detector(config, adapter)
     announce(config, policy.spec.get("task"), adapter, inferred, loop_config, say)
     with contextlib.ExitStack() as stack:
         facts_path = None
@@ -224,8 +236,9 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
         watch = DeployWatch(measure_for(config, adapter, read), loop_config, say)
         try:
             safety = SafetyFilter(robot.spec, safety_config, getattr(adapter, "forward_kinematics", None))
-            loop = ControlLoop(robot, safety, policy, adapter, loop_config, watch.on_tick)
-            with watch.watching(loop):
+            ticks = watch.on_tick if detector is None else _both(watch.on_tick, detector.on_tick)
+            loop = ControlLoop(robot, safety, policy, adapter, loop_config, ticks)
+            with watch.watching(loop), detector.watching() if detector is not None else contextlib.nullcontext():
                 report = loop.run()
             final = robot.observe()
         finally:
@@ -242,11 +255,22 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
             time.sleep(2 * FACTS_PERIOD_S)  # the peer's final facts, written after the loop's last command
             facts = read_facts(facts_path)
         verdict = measure.verdict(final)
+    if detector is not None:
+        facts["reward_model"] = detector.summary()
+        say(detector_line(facts["reward_model"]))
         if isinstance(measure, ArmGoal) and measure.position is not None:  # the twin's kinematics of the joints
             facts = {"ee_pos": measure.position.tolist(), "goal_distance": measure.distance}
             if final.ee_pos is not None:
                 facts["reported_ee_pos"] = final.ee_pos.tolist()
     return Deployment(config.robot, report, facts, verdict, overrun_assessment(report, config.robot), loop_config)
+
+
+def _both(first: Callable, second: Callable) -> Callable:
+    def both(*args) -> None:
+        first(*args)
+        second(*args)
+
+    return both
 
 
 def _check_before_connecting(config: DeployConfig, policy: ExportedPolicy, adapter, spec) -> None:
