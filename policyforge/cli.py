@@ -107,6 +107,7 @@ def _report(console: Console, summary: dict, run_dir: Path) -> None:
     table.add_column("value")
     keys = ["gradient_steps" if "gradient_steps" in summary else "env_steps", "wall_s", "eval/return", "eval/success"]
     keys.append("eval/length")
+    keys += [key for key in summary if key.startswith("eval/") and "eval/return" not in summary]  # a reward model's
     if summary.get("compile_s"):
         keys.insert(2, "compile_s")
     for key in (key for key in keys if key in summary):  # eval/success: only for tasks with a success flag

@@ -72,7 +72,7 @@ def rl_run(args: argparse.Namespace, reward: str, seed: int) -> dict[str, Any]:
     if reward == "gt":
         overrides += ['sim.reward_model.path=""', "sim.image.cameras=[]"]
     else:
-        overrides += [f"sim.reward_model.path={args.model}"]
+        overrides += [f"sim.reward_model.path={args.model}", *image_overrides(load_learned(args.model))]
     config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), overrides)
     runner = Runner.start(config, Console(quiet=True))
     started = time.perf_counter()
@@ -86,20 +86,28 @@ def rl_run(args: argparse.Namespace, reward: str, seed: int) -> dict[str, Any]:
     return {"success": summary["eval/success"], "wall_s": time.perf_counter() - started, "curve": curve}
 
 
+def image_overrides(model: LearnedReward) -> list[str]:
+    """The recipe's sim.image set to what `model` reads."""
+    inputs = model.inputs
+    cameras = "[" + ",".join(inputs.cameras) + "]"
+    return [f"sim.image.cameras={cameras}", f"sim.image.width={inputs.width}", f"sim.image.height={inputs.height}"]
+
+
 def throughput(args: argparse.Namespace, rounds: int = 3, steps: int = 48) -> dict[str, float]:
     """Env steps/s at `args.throughput_envs` envs rendering the model's camera each step: no model, and the model
     scoring every step synchronously and asynchronously (medians of `rounds` interleaved rounds)."""
     from policyforge.rewards.wrapper import RewardWrapper
     from policyforge.sims import make_env
 
-    config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), [f"sim.reward_model.path={args.model}"])
+    model = load_learned(args.model)
+    overrides = [f"sim.reward_model.path={args.model}", *image_overrides(model)]
+    config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), overrides)
     sim = dataclasses.replace(
         config.sim,
         num_envs=args.throughput_envs,
         image=dataclasses.replace(config.sim.image, render="every_step"),
         reward_model=RewardModelConfig(),
     )
-    model = load_learned(args.model)
     modes = {
         "none": lambda env: env,
         "sync": lambda env: RewardWrapper(env, model, RewardModelConfig(path=str(args.model)), sim.image),
@@ -153,11 +161,12 @@ def main() -> None:
     summary: dict[str, Any] = {"learned": {k: v for k, v in rows[args.held_out[0].name]["all"].items()}}
     summary["held_out"] = {name: families["all"] for name, families in rows.items()}
     if args.rl_seeds:
-        sizes = {"steps": args.rl_steps, "eval_every": args.rl_eval_every, "model": str(args.model.resolve())}
+        sizes = {"steps": args.rl_steps, "eval_every": args.rl_eval_every}
+        model = {"model": str(args.model.resolve())}  # the ground-truth runs do not depend on it
         runs = {
             (reward, seed): kept_result(
                 args.out / "results" / f"touch-{reward}-s{seed}.json",
-                sizes,
+                sizes if reward == "gt" else {**sizes, **model},
                 lambda r=reward, s=seed: rl_run(args, r, s),
             )
             for seed in args.rl_seeds

@@ -106,3 +106,22 @@ def test_a_dataset_without_the_models_cameras_or_size_is_refused_naming_the_fiel
     run = train(tmp_path, rollouts, rollouts, "size", "sim.image.width=48", "sim.image.height=48")
     said = " ".join(run.stdout.split())
     assert run.returncode == 2 and "sim.image.width: " in said and "holds 32 x 32 frames" in said, said
+
+
+def test_the_reward_table_scores_held_out_rollouts_per_family_and_times_the_wrapper(tmp_path, rollouts, capsys):
+    from policyforge.cli import main
+
+    assert (
+        train(tmp_path, rollouts, rollouts, "small", "algo.gradient_steps=20", "algo.steps_per_iteration=20").returncode
+        == 0
+    )
+    code = main(["bench", "reward-table", "--model", str(tmp_path / "small"), "--held-out", str(rollouts),
+                 "--throughput-envs", "4"])  # fmt: skip
+    printed = capsys.readouterr().out
+    summary = json.loads(printed.strip().splitlines()[-1])
+    assert code in (None, 0) and "touch" in printed  # the families' rows
+    assert summary["held_out"]["train"]["episodes"] == 24
+    assert 0 <= summary["learned"]["success_accuracy"] <= 1 and -1 <= summary["learned"]["progress_rank_corr"] <= 1
+    rates = summary["throughput"]
+    assert set(rates) == {"none", "sync", "async"} and all(rate > 0 for rate in rates.values())
+    assert summary["async_throughput_ratio"] == pytest.approx(rates["async"] / rates["none"])
