@@ -255,13 +255,13 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
             time.sleep(2 * FACTS_PERIOD_S)  # the peer's final facts, written after the loop's last command
             facts = read_facts(facts_path)
         verdict = measure.verdict(final)
-    if detector is not None:
-        facts["reward_model"] = detector.summary()
-        say(detector_line(facts["reward_model"]))
         if isinstance(measure, ArmGoal) and measure.position is not None:  # the twin's kinematics of the joints
             facts = {"ee_pos": measure.position.tolist(), "goal_distance": measure.distance}
             if final.ee_pos is not None:
                 facts["reported_ee_pos"] = final.ee_pos.tolist()
+        if detector is not None:
+            facts["reward_model"] = detector.summary()
+            say(detector_line(facts["reward_model"]))
     return Deployment(config.robot, report, facts, verdict, overrun_assessment(report, config.robot), loop_config)
 
 
