@@ -49,8 +49,8 @@ FIGURES: dict[str, str] = {
     "teacher success": r"│\s*teacher\s*│\s*(\d+(?:\.\d+)?)%",  # distill's comparison table
     "student success": r"│\s*student\s*│\s*(\d+(?:\.\d+)?)%",
     "distance to goal": r"final distance to the goal (\d+(?:\.\d+)?) cm",  # deploy, an arm
-    "held-out success accuracy": r"eval/success_accuracy[\s:│|]+(\d+(?:\.\d+)?)",  # a reward model's train
-    "held-out progress rank corr": r"eval/progress_rank_corr[\s:│|]+(-?\d+(?:\.\d+)?)",
+    "success accuracy": r"eval/success_accuracy[\s:│|]+(\d+(?:\.\d+)?)",  # a reward model's train
+    "progress rank corr": r"eval/progress_rank_corr[\s:│|]+(-?\d+(?:\.\d+)?)",
     "reward model progress": r"reward model: progress[\s│|]+[\d.]+ → (\d+(?:\.\d+)?)",  # deploy --reward-model
     "speed error": r"error (\d+(?:\.\d+)?) m/s linear",  # deploy, the Go2
     "unsafe commands": r'"unsafe_commands_reaching_peer": (\d+)',  # bench safety-fuzz

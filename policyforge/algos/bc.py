@@ -270,12 +270,14 @@ class BC(Algorithm):
 
 
 def load_demonstrations(
-    config: Any, task: str, env: VecEnv, cameras: list[str], field: str = "dataset"
+    config: Any, task: str, env: VecEnv, cameras: list[str], field: str = "dataset", index: int | None = None
 ) -> Demonstrations:
-    """The dataset `config.<field>` names (an `algo` section with it and `max_episodes`), checked against the task
-    and env it will be evaluated in; ConfigError on `algo.<field>` naming what is wrong with it (missing, empty,
-    damaged, of another task or size)."""
+    """The dataset `config.<field>` names (`[index]` of a list; an `algo` section with it and `max_episodes`),
+    checked against the task and env it will be evaluated in; ConfigError on `algo.<field>` naming what is wrong
+    with it (missing, empty, damaged, of another task or size)."""
     name, dataset = f"algo.{field}", getattr(config, field)
+    if index is not None:
+        name, dataset = f"{name}[{index}]", dataset[index]
     check(
         bool(dataset),
         name,

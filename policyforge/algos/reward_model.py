@@ -26,7 +26,7 @@ from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algo
 from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError
 from policyforge.policies.base import Obs, Policy
-from policyforge.rewards.labels import RewardFrames
+from policyforge.rewards.labels import FrameMix, RewardFrames
 from policyforge.rewards.learned import LearnedReward, LearnedRewardConfig, build_learned
 from policyforge.rewards.metrics import reward_accuracy
 from policyforge.sims.vec_env import VecEnv
@@ -44,6 +44,10 @@ class RewardModelAlgoConfig(AlgoConfig):
     dataset: str = ""
     """Rollouts to learn from: a LeRobot dataset with videos of sim.image.cameras, `next.success` and instructions
     (`policyforge collect`; noisy experts give failures as well as successes)."""
+    extra_datasets: list[str] = dataclasses.field(default_factory=list)
+    """More rollouts to learn from beside `dataset`, e.g. a policy's own (`policyforge collect --policy RUN`): the
+    states an RL policy reaches on the model's reward, which the model must judge right (success from the
+    simulator's flag) so that the policy cannot keep exploiting its mistakes."""
     eval_dataset: str = ""
     """Held-out rollouts the evaluation scores (other instructions, colours or seeds than `dataset`'s); empty: the
     training dataset itself (then the figures say how well it fits, not how well it generalises)."""
@@ -91,7 +95,11 @@ class RewardModelTraining(Algorithm):
     ranked_by = ("eval/success_accuracy", "eval/progress_rank_corr")
 
     def __init__(
-        self, model: LearnedReward, train: RewardFrames, held_out: RewardFrames, config: RewardModelAlgoConfig
+        self,
+        model: LearnedReward,
+        train: RewardFrames | FrameMix,
+        held_out: RewardFrames,
+        config: RewardModelAlgoConfig,
     ):
         self.model, self.train_data, self.held_out, self.config = model, train, held_out, config
         self.policy = model  # type: ignore[assignment]  # what the runner checkpoints as best.pt: the reward model
@@ -146,10 +154,11 @@ class RewardModelTraining(Algorithm):
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def reward_frames(config: RunConfig, env: VecEnv, field: str) -> RewardFrames:
-    """The labelled frames of the dataset `algo.<field>` names, read for the model's cameras and window."""
+def reward_frames(config: RunConfig, env: VecEnv, field: str, index: int | None = None) -> RewardFrames:
+    """The labelled frames of the dataset `algo.<field>` (`[index]` of a list) names, read for the model's cameras
+    and window."""
     cameras = list(config.sim.image.cameras)
-    demos = load_demonstrations(config.algo, config.sim.task, env, cameras, field)
+    demos = load_demonstrations(config.algo, config.sim.task, env, cameras, field, index)
     model = config.algo.model
     first = config.algo.max_episodes if field == "dataset" else 0
     try:
@@ -161,7 +170,7 @@ def reward_frames(config: RunConfig, env: VecEnv, field: str) -> RewardFrames:
     check(
         (height, width) == (image.height, image.width),
         "sim.image.width",
-        f"{getattr(config.algo, field)} holds {width} x {height} frames; the model reads sim.image {image.width} x "
+        f"{demos.root} holds {width} x {height} frames; the model reads sim.image {image.width} x "
         f"{image.height}: set sim.image.width={width} sim.image.height={height}",
     )
     return data
@@ -175,6 +184,11 @@ def construct_reward_model(config: RunConfig, env: VecEnv, policy: Policy) -> Re
         "a reward model reads camera frames: name the cameras, e.g. sim.image.cameras=[task]",
     )
     train = reward_frames(config, env, "dataset")
+    if config.algo.extra_datasets:
+        extra = [
+            reward_frames(config, env, "extra_datasets", index) for index in range(len(config.algo.extra_datasets))
+        ]
+        train = FrameMix([train, *extra])
     held_out = reward_frames(config, env, "eval_dataset") if config.algo.eval_dataset else train
     return RewardModelTraining(build_learned(config), train, held_out, config.algo)
 

@@ -45,6 +45,8 @@ from policyforge.rewards.metrics import reward_accuracy
 from policyforge.sims.tasks.instructions import FAMILIES, parse
 
 FIGURES = ("success_accuracy", "success_auc", "progress_rank_corr", "progress_kendall", "counterfactual_accuracy")
+HEADINGS = ("success acc", "success AUC", "VOC ρ", "VOC τ", "counterfactual acc")
+"""The table's names of FIGURES (VOC: value-order correlation, Spearman's ρ and Kendall's τ)."""
 
 
 def accuracy(model: LearnedReward, dataset: Path) -> dict[str, dict[str, float]]:
@@ -133,8 +135,8 @@ def throughput(args: argparse.Namespace, rounds: int = 3, steps: int = 48) -> di
 
 def print_accuracy(console: Console, rows: dict[str, dict[str, dict[str, float]]]) -> None:
     table = Table(title="reward model vs ground truth, held-out rollouts")
-    for column in ("dataset", "family", "episodes", *FIGURES):
-        table.add_column(column)
+    for column in ("dataset", "family", "episodes", *HEADINGS):
+        table.add_column(column, no_wrap=True)
     for dataset, families in rows.items():
         for family, figures in families.items():
             values = [f"{figures[key]:.2f}" if key in figures else "-" for key in FIGURES]

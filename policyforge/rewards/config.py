@@ -9,7 +9,7 @@ from policyforge.config import check, check_in
 
 REWARD_KINDS = ("learned", "clip", "vlm")
 ANSWERS = ("likelihood", "generate")
-SIGNALS = ("dense", "sparse", "both")
+SIGNALS = ("progress", "dense", "sparse", "both")
 MODES = ("replace", "add")
 MAX_EVERY = 1000
 
@@ -82,10 +82,12 @@ class RewardModelConfig:
     """Prompts and projection of kind clip."""
     vlm: VlmJudgeConfig = dataclasses.field(default_factory=lambda: VlmJudgeConfig())
     """Prompt, frames and answer reading of kind vlm."""
-    signal: Literal["dense", "sparse", "both"] = "dense"
-    """`dense`: the progress gained since the env's last scored frame (a potential difference: an episode's sum is
-    its last progress, so a model cannot be farmed by oscillating); `sparse`: 1 at every scored step whose success
-    probability reaches `success_threshold`; `both`: their sum."""
+    signal: Literal["progress", "dense", "sparse", "both"] = "progress"
+    """`progress`: the model's progress at every scored step (VLM-RMs' reward: the level, as a task's dense reward
+    is); `dense`: the progress gained since the env's last scored frame (a potential difference: an episode's sum is
+    its last progress, so oscillating earns nothing, but the signal is sparser: PPO on touch measured in
+    BENCHMARKS.md); `sparse`: 1 at every scored step whose success probability reaches `success_threshold`;
+    `both`: dense plus sparse."""
     mode: Literal["replace", "add"] = "replace"
     """`replace`: the model's reward is the env's reward (what a real robot has); `add`: the task's reward plus
     `scale` × the model's."""

@@ -130,3 +130,28 @@ def counterfactual_tasks(tasks: list[str]) -> list[list[int]]:
 
     meanings = [meaning(text) for text in tasks]
     return [[j for j, other in enumerate(meanings) if other != mine] for mine in meanings]
+
+
+class FrameMix:
+    """Training samples drawn from several datasets' `RewardFrames`, each in proportion to its frames."""
+
+    def __init__(self, parts: list[RewardFrames]):
+        self.parts = parts
+        sizes = torch.tensor([len(part) for part in parts], dtype=torch.float64)
+        self.weights = sizes / sizes.sum()
+        self.success = torch.cat([part.success for part in parts])
+        """Every frame's success label [N] (of all the datasets)."""
+
+    def __len__(self) -> int:
+        return len(self.success)
+
+    def sample(
+        self, batch: int, counterfactual: float = 0.0, reversal: float = 0.0, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`RewardFrames.sample`'s four tensors, `batch` samples from the datasets together."""
+        picks = torch.multinomial(self.weights, batch, replacement=True, generator=generator)
+        counts = torch.bincount(picks, minlength=len(self.parts)).tolist()
+        drawn = [
+            part.sample(n, counterfactual, reversal, generator) for part, n in zip(self.parts, counts, strict=True) if n
+        ]
+        return tuple(torch.cat(tensors) for tensors in zip(*drawn, strict=True))  # type: ignore[return-value]

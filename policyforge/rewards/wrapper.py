@@ -8,9 +8,10 @@
 
 Every `every` control steps (and at the last step of every episode) the model scores the frames of the state after
 the step — the env's image observations, or `env.images(ids, final=True)` where it renders on request, so an
-ended episode's last state is scored, not the next episode's first. The dense reward is the progress gained since
-the env's previous scored frame (0 before an episode's first: that is an episode's baseline), so the rewards of an
-episode sum to its last progress. `info["episode"]["return"]` sums the rewards this wrapper returns.
+ended episode's last state is scored, not the next episode's first. The reward (`sim.reward_model.signal`) is the
+progress itself at each scored step, or (dense) the progress gained since the env's previous scored frame (0 before
+an episode's first: that is an episode's baseline), so that an episode's rewards sum to its last progress.
+`info["episode"]["return"]` sums the rewards this wrapper returns.
 
 Asynchronous scoring: step t's frames go to a worker thread and step t + 1's simulation runs meanwhile; step t's
 reward is returned with step t + 1 — one step late, which the learner sees (a return's discounting moves by one
@@ -172,7 +173,7 @@ class RewardWrapper(VecEnvWrapper):
         scores = job.scores.result()
         progress, success = scores.progress.cpu(), scores.success.cpu()
         ids = job.env_ids
-        reward = torch.zeros(len(ids))
+        reward = progress.clone() if self.config.signal == "progress" else torch.zeros(len(ids))
         if self.config.signal in ("dense", "both"):
             reward += progress - self.last_progress[ids]
         if self.config.signal in ("sparse", "both"):

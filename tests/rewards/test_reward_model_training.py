@@ -41,7 +41,7 @@ def settings(tmp_path, rollouts, held_out, name: str, *overrides: str) -> list[s
     """The shipped recipe (configs/reward-model.yaml) on the tests' small datasets."""
     return [
         "configs/reward-model.yaml", f"out_dir={tmp_path}", f"name={name}", f"sim.task_options={json.dumps(OPTIONS)}",
-        f"sim.image.width={SIZE}", f"sim.image.height={SIZE}", f"algo.dataset={rollouts}",
+        "sim.image.cameras=[task]", f"sim.image.width={SIZE}", f"sim.image.height={SIZE}", f"algo.dataset={rollouts}",
         f"algo.eval_dataset={held_out}", "algo.gradient_steps=600", "algo.steps_per_iteration=100",
         "runner.eval_every_steps=300", "runner.checkpoint_every=2", *overrides,
     ]  # fmt: skip
@@ -125,3 +125,17 @@ def test_the_reward_table_scores_held_out_rollouts_per_family_and_times_the_wrap
     rates = summary["throughput"]
     assert set(rates) == {"none", "sync", "async"} and all(rate > 0 for rate in rates.values())
     assert summary["async_throughput_ratio"] == pytest.approx(rates["async"] / rates["none"])
+
+
+def test_extra_rollouts_train_beside_the_dataset_in_proportion_to_their_frames(rollouts, held_out_rollouts):
+    from policyforge.data.dataset import Demonstrations
+    from policyforge.rewards.labels import FrameMix, RewardFrames
+
+    parts = [RewardFrames(Demonstrations(path), ["task"], 1, 1) for path in (rollouts, held_out_rollouts)]
+    mix = FrameMix(parts)
+    assert len(mix) == len(parts[0]) + len(parts[1]) and torch.equal(mix.success[: len(parts[0])], parts[0].success)
+    torch.manual_seed(0)
+    frames, ids, progress, success = mix.sample(3000)
+    assert frames.shape == (3000, 1, 1, SIZE, SIZE, 3) and ids.shape[0] == progress.shape[0] == success.shape[0]
+    held_out_share = float((ids[:, None] == parts[1].task_ids[None]).all(-1).any(-1).float().mean())
+    assert held_out_share > 0.15, "a held-out combination's instruction comes from the second dataset only"

@@ -35,6 +35,7 @@ def model(window: int = 1, stride: int = 1) -> LearnedReward:
 
 
 def wrapped(sim: SimConfig = SIM, reward_model: LearnedReward | None = None, **options) -> RewardWrapper:
+    options = {"signal": "dense", **options}
     return RewardWrapper(make_env(sim, seed=3), reward_model or model(), RewardModelConfig(path="x", **options),
                          sim.image)  # fmt: skip
 
@@ -62,6 +63,13 @@ def test_dense_rewards_sum_to_the_last_progress_of_each_episode():
     assert len(returns) == 8  # 4 envs × 2 episodes of 10 steps
     torch.testing.assert_close(torch.tensor(returns), torch.tensor(last_progress), rtol=0, atol=1e-5)
     assert max(float(reward.abs().max()) for reward, *_ in trace) > 1e-3
+
+
+def test_the_progress_signal_is_the_models_progress_at_each_scored_step():
+    for step, (reward, terminated, truncated, info) in enumerate(roll(wrapped(every=2, signal="progress")), start=1):
+        scored = torch.ones(4, dtype=torch.bool) if step % 2 == 0 else terminated | truncated
+        assert torch.equal(reward[scored], info["reward_terms"]["model_progress"][scored])
+        assert (reward[~scored] == 0).all()
 
 
 def test_scoring_every_k_steps_rewards_those_steps_and_every_episode_end():
