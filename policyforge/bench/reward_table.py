@@ -130,7 +130,18 @@ def throughput(args: argparse.Namespace, rounds: int = 3, steps: int = 48) -> di
                 env.step(action)
             rates[mode].append((steps - 1) * env.num_envs / (time.perf_counter() - started))
             env.close()
-    return {mode: statistics.median(values) for mode, values in rates.items()}
+    result = {mode: statistics.median(values) for mode, values in rates.items()}
+    frames = torch.randint(0, 256, (args.throughput_envs, 1, len(model.inputs.cameras), sim.image.height,
+                                    sim.image.width, 3), dtype=torch.uint8)  # fmt: skip
+    texts = ["touch the green cube"] * args.throughput_envs
+    model.score(frames, texts)
+    seconds = []
+    for _ in range(rounds * 3):
+        started = time.perf_counter()
+        model.score(frames, texts)
+        seconds.append(time.perf_counter() - started)
+    result["model_ms"] = 1000 * statistics.median(seconds)
+    return result
 
 
 def print_accuracy(console: Console, rows: dict[str, dict[str, dict[str, float]]]) -> None:
@@ -191,10 +202,12 @@ def main() -> None:
     if args.throughput_envs:
         rates = throughput(args)
         table = Table(title=f"env steps/s, {args.throughput_envs} envs rendering the model's camera, k = 1")
-        for column in ("no reward model", "synchronous", "asynchronous", "sync / none", "async / none"):
+        columns = ("no reward model", "synchronous", "asynchronous", "sync / none", "async / none", "model ms / batch")
+        for column in columns:
             table.add_column(column)
         table.add_row(*(f"{rates[m]:.0f}" for m in ("none", "sync", "async")),
-                      f"{rates['sync'] / rates['none']:.2f}", f"{rates['async'] / rates['none']:.2f}")  # fmt: skip
+                      f"{rates['sync'] / rates['none']:.2f}", f"{rates['async'] / rates['none']:.2f}",
+                      f"{rates['model_ms']:.1f}")  # fmt: skip
         console.print(table)
         summary["throughput"] = rates
         summary["async_throughput_ratio"] = rates["async"] / rates["none"]

@@ -123,7 +123,7 @@ def test_the_reward_table_scores_held_out_rollouts_per_family_and_times_the_wrap
     assert summary["held_out"]["train"]["episodes"] == 24
     assert 0 <= summary["learned"]["success_accuracy"] <= 1 and -1 <= summary["learned"]["progress_rank_corr"] <= 1
     rates = summary["throughput"]
-    assert set(rates) == {"none", "sync", "async"} and all(rate > 0 for rate in rates.values())
+    assert set(rates) == {"none", "sync", "async", "model_ms"} and all(rate > 0 for rate in rates.values())
     assert summary["async_throughput_ratio"] == pytest.approx(rates["async"] / rates["none"])
 
 
