@@ -50,7 +50,7 @@ def test_every_benchmark_is_in_the_wheel(site, tmp_path):
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
     assert Path(found["package"]).is_relative_to(site)  # the unpacked wheel, not the checkout
-    in_checkout = sorted(p.stem for p in (ROOT / "policyforge" / "bench").glob("*.py") if p.stem != "__init__")
+    in_checkout = sorted(p.stem for p in (ROOT / "policyforge" / "bench").glob("*.py") if not p.stem.startswith("_"))
     assert found["benchmarks"] == in_checkout and "env_throughput" in in_checkout
     assert all(Path(origin).is_relative_to(site) for origin in found["origins"])
 

@@ -30,9 +30,13 @@ def method_name(config: Any) -> str:
     tag = policy[TAG_KEY]
     if algo == "bc":
         return f"BC ({policy_name(policy)})"
+    if algo == "reward_model":
+        return "reward model"
     if algo == "distill":
         return f"{DISTILL_MODES[config.algo.mode]} ({policy_name(policy)} student)"
     if algo == "ppo":
+        if config.sim.reward_model.path:
+            return "PPO on a learned reward"
         if tag in PPO_ON:
             return PPO_ON[tag]
         if tag in ("flow", "vla") and policy.get("chain_noise") in FLOW_CHAIN_NOISE:  # a VLA is a flow policy

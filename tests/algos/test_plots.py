@@ -30,6 +30,8 @@ EXPECTED = {  # the end of a recipe's file name → its method's name
     "ppo-scratch": "PPO",
     "ppo": "PPO",
     "sac": "SAC",
+    "reward-model": "reward model",
+    "learned-reward": "PPO on a learned reward",
 }
 
 
