@@ -203,7 +203,10 @@ def test_a_command_held_up_after_the_filter_never_reaches_the_motors_late(go2_pe
         loop = ControlLoop(robot, SafetyFilter(robot.spec), ZeroPolicy(), QuadrupedAdapter(QuadrupedConfig()), config)
         report = loop.run()
         facts = peer.wait_for(lambda f: f.get("last_sequence") == robot.stats["commands"])
-    assert facts["first_sequence"] == 1 and facts["lost_commands"] == 0  # every command reached the peer
+    # every command reached the peer but, at most, the first two: DDS matches the two ends separately, and the
+    # driver's writer can see the robot's reader (connect waits for that) a moment before the reader sees the writer
+    # and keeps its samples (seen once in CI under load: first_sequence 2)
+    assert facts["first_sequence"] <= 3 and facts["lost_commands"] == 0
     assert robot.held_up and report.interventions["stale_state"] > 0  # the filter damped, then stepped back
     assert sum(facts["unsafe"].values()) == 0, facts["first_unsafe"]
     assert robot.stats["late_commands"] >= 1
