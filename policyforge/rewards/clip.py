@@ -11,7 +11,6 @@ input size; text embeddings are cached per distinct prompt (a task suite has a f
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -67,27 +66,12 @@ class ClipReward(RewardModel):
 def load_clip(path: str | Path, config: ClipRewardConfig, cameras: list[str], height: int, width: int) -> ClipReward:
     """A dual-encoder checkpoint directory as a `ClipReward` reading the first of `cameras` at height × width;
     ConfigError naming sim.reward_model.path where it is not one."""
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ConfigError(
-            "sim.reward_model.path",
-            f"{path} is not a transformers checkpoint directory (no config.json): download one where there is "
-            "internet, e.g. `hf download openai/clip-vit-base-patch32 --local-dir DIR`, and give DIR",
-        )
-    if not cameras:
-        raise ConfigError(
-            "sim.reward_model.cameras", "a zero-shot reward reads a camera: render one (sim.image.cameras)"
-        )
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
-    except ImportError as err:
-        raise ImportError("kind clip runs transformers' models: pip install 'policyforge[rewards]'") from err
-    model = AutoModel.from_pretrained(path, local_files_only=True)
+    from policyforge.rewards.load import transformers_checkpoint
+
+    example = "openai/clip-vit-base-patch32"
+    model, tokenizer, processor = transformers_checkpoint(path, "AutoModel", example, cameras)
     if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):
         raise ConfigError(
             "sim.reward_model.path", f"{path} holds a {type(model).__name__}, not a dual encoder (CLIP, SigLIP)"
         )
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    processor = AutoImageProcessor.from_pretrained(path, local_files_only=True, backend="pil")  # no torchvision here
     return ClipReward(model, tokenizer, processor, config, cameras, height, width)

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+from policyforge.config import ConfigError
 from policyforge.rewards.base import RewardModel
 from policyforge.rewards.config import RewardModelConfig
 from policyforge.sims.config import ImageConfig, SimConfig
 from policyforge.sims.vec_env import VecEnv
+
+
+def transformers_checkpoint(path: str | Path, model_class: str, example: str, cameras: list[str]) -> tuple:
+    """(model, tokenizer, image processor) of a transformers checkpoint directory, read offline with `model_class`
+    (a transformers Auto class); ConfigError naming sim.reward_model.path (no config.json: `example` is a checkpoint
+    to download) or sim.reward_model.cameras (none rendered)."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            "sim.reward_model.path",
+            f"{path} is not a transformers checkpoint directory (no config.json): download one where there is "
+            f"internet, e.g. `hf download {example} --local-dir DIR`, and give DIR",
+        )
+    if not cameras:
+        raise ConfigError("sim.reward_model.cameras", "this model reads a camera: render one (sim.image.cameras)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import transformers
+    except ImportError as err:
+        raise ImportError("kinds clip and vlm run transformers' models: pip install 'policyforge[rewards]'") from err
+    model = getattr(transformers, model_class).from_pretrained(path, local_files_only=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    # the PIL image processors: torchvision (the default backend) does not load next to the CPU torch here
+    processor = transformers.AutoImageProcessor.from_pretrained(path, local_files_only=True, backend="pil")
+    return model, tokenizer, processor
 
 
 def load_reward_model(config: RewardModelConfig, image: ImageConfig) -> RewardModel:

@@ -14,7 +14,6 @@ because it also builds a video processor, which needs torchvision (it does not l
 from __future__ import annotations
 
 import logging
-import os
 import re
 from pathlib import Path
 
@@ -111,23 +110,10 @@ class VlmJudge(RewardModel):
 def load_vlm(path: str | Path, config: VlmJudgeConfig, cameras: list[str], height: int, width: int) -> VlmJudge:
     """An image-text-to-text checkpoint directory as a `VlmJudge`; ConfigError naming sim.reward_model.path where it
     is not one."""
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ConfigError(
-            "sim.reward_model.path",
-            f"{path} is not a transformers checkpoint directory (no config.json): download one where there is "
-            "internet, e.g. `hf download Qwen/Qwen2.5-VL-3B-Instruct --local-dir DIR`, and give DIR",
-        )
-    if not cameras:
-        raise ConfigError("sim.reward_model.cameras", "a judge reads a camera: render one (sim.image.cameras)")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoTokenizer
-    except ImportError as err:
-        raise ImportError("kind vlm runs transformers' models: pip install 'policyforge[rewards]'") from err
-    model = AutoModelForImageTextToText.from_pretrained(path, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    from policyforge.rewards.load import transformers_checkpoint
+
+    example = "Qwen/Qwen2.5-VL-3B-Instruct"
+    model, tokenizer, processor = transformers_checkpoint(path, "AutoModelForImageTextToText", example, cameras)
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError("sim.reward_model.path", f"{path}'s tokenizer has no chat template: use an instruct model")
-    processor = AutoImageProcessor.from_pretrained(path, local_files_only=True, backend="pil")
     return VlmJudge(model, tokenizer, processor, config, cameras, height, width)
