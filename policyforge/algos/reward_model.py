@@ -67,6 +67,9 @@ class RewardModelAlgoConfig(AlgoConfig):
     """AdamW weight decay."""
     counterfactual: float = 0.3
     """Fraction of each batch paired with an instruction naming another task (RoboReward's counterfactual negatives)."""
+    hard_counterfactual: float = 0.0
+    """Fraction of the counterfactual negatives whose instruction names the same family on another object or target
+    (labels.py: the model must then read which cube the arm is at; for arm-instructed's instructions only)."""
     reversal: float = 0.2
     """Fraction of each batch played backwards (windows of model.window ≥ 2 only)."""
     success_weight: float = 1.0
@@ -84,6 +87,7 @@ class RewardModelAlgoConfig(AlgoConfig):
         check_in(self.lr, "lr", "(0, 1)")
         check_in(self.weight_decay, "weight_decay", "[0, 1]")
         check_in(self.counterfactual, "counterfactual", "[0, 1)")
+        check_in(self.hard_counterfactual, "hard_counterfactual", "[0, 1]")
         check_in(self.reversal, "reversal", "[0, 1)")
         check_in(self.success_weight, "success_weight", "[0, 1000]")
 
@@ -120,7 +124,9 @@ class RewardModelTraining(Algorithm):
         self.model.train()
         totals = np.zeros(3)
         for _ in range(cfg.steps_per_iteration):
-            frames, ids, progress, success = self.train_data.sample(cfg.batch_size, cfg.counterfactual, cfg.reversal)
+            frames, ids, progress, success = self.train_data.sample(
+                cfg.batch_size, cfg.counterfactual, cfg.reversal, hard=cfg.hard_counterfactual
+            )
             progress_loss, success_loss = self.losses(frames, ids, progress, success)
             loss = progress_loss + cfg.success_weight * success_loss
             self.optimizer.zero_grad(set_to_none=True)

@@ -7,7 +7,8 @@ what RL reaches with its reward alone, and what scoring costs the simulator.
 
 1. Accuracy (`rewards/metrics.py`) per held-out dataset and instruction family: success accuracy on the episodes'
    last frames, success ROC-AUC over frames, value-order correlation (Spearman, Kendall) of successful episodes,
-   counterfactual accuracy (the same last frames under an instruction naming another task).
+   counterfactual accuracy (the same last frames under an instruction naming another task; "hard": another object
+   or target of the same family).
 2. RL with the learned reward only: PPO from scratch (configs/touch-ppo-learned-reward.yaml) with the model's reward
    and, side by side with the same seed and env steps, with the task's own dense reward; both evaluated by the
    simulator's success. Runs are kept in OUT/results and reused at the same sizes.
@@ -44,9 +45,16 @@ from policyforge.rewards.learned import LearnedReward, load_learned
 from policyforge.rewards.metrics import reward_accuracy
 from policyforge.sims.tasks.instructions import FAMILIES, parse
 
-FIGURES = ("success_accuracy", "success_auc", "progress_rank_corr", "progress_kendall", "counterfactual_accuracy")
-HEADINGS = ("success acc", "success AUC", "VOC ρ", "VOC τ", "counterfactual acc")
-"""The table's names of FIGURES (VOC: value-order correlation, Spearman's ρ and Kendall's τ)."""
+FIGURES = (
+    "success_accuracy",
+    "success_auc",
+    "progress_rank_corr",
+    "progress_kendall",
+    "counterfactual_accuracy",
+    "hard_counterfactual_accuracy",
+)
+HEADINGS = ("success acc", "success AUC", "VOC ρ", "VOC τ", "cf acc", "hard cf acc")
+"""The table's names of FIGURES (VOC: value-order correlation, Spearman's ρ and Kendall's τ; cf: counterfactual)."""
 
 
 def accuracy(model: LearnedReward, dataset: Path) -> dict[str, dict[str, float]]:

@@ -8,12 +8,14 @@ state that action made; false at an episode's first frame). Its progress:
 Negatives made from the same frames:
   - counterfactual instruction (RoboReward): a frame paired with another instruction of the dataset that names
     another task (another family, object or target). Success 0; progress 0 where the frame is at least half-way
-    through its own task (the scene shows another task being done), unknown before that;
+    through its own task (the scene shows another task being done), unknown before that. A share of them name the
+    same kind of task on another object or target ("hard" ones: the words alone do not tell them apart, so the
+    model must look at which cube the arm is at, not only at how far the arm has moved);
   - temporal reversal (ReWiND's rewinding, for windows of T ≥ 2 frames): the window played backwards, labelled as
     the frame it now ends on, so motion towards the goal is not read as progress by itself.
 
     samples = RewardFrames(demos, cameras, window, frame_stride)
-    frames, instruction_ids, progress, success = samples.sample(batch, counterfactual=0.3, reversal=0.2)
+    frames, instruction_ids, progress, success = samples.sample(batch, counterfactual=0.3, reversal=0.2, hard=0.5)
         frames uint8 [B, T, V, H, W, 3], instruction_ids int32 [B, L], progress [B] (NaN: unknown), success [B]
 """
 
@@ -67,6 +69,8 @@ class RewardFrames:
         """Token ids int32 [K, L] of the dataset's K instructions."""
         self.others = counterfactual_tasks(demos.tasks)
         """For each task index, the indices of the dataset's tasks that name another task."""
+        self.same_kind = counterfactual_tasks(demos.tasks, same_family=True)
+        """For each task index, those of `others` that name the same family (another object or target)."""
         self.first = torch.as_tensor(np.repeat(self.bounds[:, 0], lengths))
 
     def __len__(self) -> int:
@@ -82,10 +86,15 @@ class RewardFrames:
         return index
 
     def sample(
-        self, batch: int, counterfactual: float = 0.0, reversal: float = 0.0, generator: torch.Generator | None = None
+        self,
+        batch: int,
+        counterfactual: float = 0.0,
+        reversal: float = 0.0,
+        generator: torch.Generator | None = None,
+        hard: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """`batch` random samples (module docstring); `counterfactual` and `reversal` are the fractions of them
-        made into those negatives."""
+        made into those negatives, `hard` the fraction of the counterfactual ones naming the same family."""
         frames = torch.randint(len(self), (batch,), generator=generator)
         reverse = (torch.rand(batch, generator=generator) < reversal) & (self.window > 1)
         index = self.windows(frames, reverse)
@@ -93,8 +102,10 @@ class RewardFrames:
         progress, success = self.progress[shown].clone(), self.success[shown].clone()
         tasks = self.task_index[frames]
         swap = torch.rand(batch, generator=generator) < counterfactual
+        same_kind = torch.rand(batch, generator=generator) < hard
         for row in swap.nonzero()[:, 0].tolist():
-            others = self.others[int(tasks[row])]
+            task = int(tasks[row])
+            others = self.same_kind[task] if same_kind[row] and self.same_kind[task] else self.others[task]
             if others:
                 pick = int(torch.randint(len(others), (1,), generator=generator))
                 tasks[row] = others[pick]
@@ -117,9 +128,10 @@ def frame_labels(next_success: np.ndarray, bounds: np.ndarray) -> tuple[torch.Te
     return torch.as_tensor(success), torch.as_tensor(progress)
 
 
-def counterfactual_tasks(tasks: list[str]) -> list[list[int]]:
+def counterfactual_tasks(tasks: list[str], same_family: bool = False) -> list[list[int]]:
     """For each task text, the indices of the other texts that name another task: for arm-instructed's
-    instructions another (family, object, target) — not a paraphrase of the same — for any other text, any other."""
+    instructions another (family, object, target) — not a paraphrase of the same — for any other text, any other.
+    `same_family`: only arm-instructed's instructions of the same family (none for other texts)."""
     from policyforge.sims.tasks.instructions import parse
 
     def meaning(text: str) -> object:
@@ -129,7 +141,14 @@ def counterfactual_tasks(tasks: list[str]) -> list[list[int]]:
             return text
 
     meanings = [meaning(text) for text in tasks]
-    return [[j for j, other in enumerate(meanings) if other != mine] for mine in meanings]
+
+    def kind(meaning: object) -> object:
+        return meaning[0] if isinstance(meaning, tuple) else None  # None: a text that is not arm-instructed's
+
+    def counts(mine: object, other: object) -> bool:
+        return other != mine and (not same_family or (kind(mine) is not None and kind(other) == kind(mine)))
+
+    return [[j for j, other in enumerate(meanings) if counts(mine, other)] for mine in meanings]
 
 
 class FrameMix:
@@ -146,12 +165,19 @@ class FrameMix:
         return len(self.success)
 
     def sample(
-        self, batch: int, counterfactual: float = 0.0, reversal: float = 0.0, generator: torch.Generator | None = None
+        self,
+        batch: int,
+        counterfactual: float = 0.0,
+        reversal: float = 0.0,
+        generator: torch.Generator | None = None,
+        hard: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """`RewardFrames.sample`'s four tensors, `batch` samples from the datasets together."""
         picks = torch.multinomial(self.weights, batch, replacement=True, generator=generator)
         counts = torch.bincount(picks, minlength=len(self.parts)).tolist()
         drawn = [
-            part.sample(n, counterfactual, reversal, generator) for part, n in zip(self.parts, counts, strict=True) if n
+            part.sample(n, counterfactual, reversal, generator, hard)
+            for part, n in zip(self.parts, counts, strict=True)
+            if n
         ]
         return tuple(torch.cat(tensors) for tensors in zip(*drawn, strict=True))  # type: ignore[return-value]

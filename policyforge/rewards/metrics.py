@@ -9,6 +9,8 @@ progress_rank_corr      Spearman's ρ between the progress of a successful episo
 progress_kendall        the same with Kendall's τ
 counterfactual_accuracy last frames of successful episodes, paired with an instruction naming another task,
                         that the model calls not done
+hard_counterfactual_accuracy  the same with an instruction of the same family on another object or target (the
+                        words alone do not tell them apart: the model must read which cube the arm is at)
 """
 
 from __future__ import annotations
@@ -66,13 +68,17 @@ def reward_accuracy(model: RewardModel, data: RewardFrames) -> dict[str, float]:
         figures["progress_rank_corr"] = float(np.nanmean(rhos))
         figures["progress_kendall"] = float(np.nanmean(taus))
     succeeded = last[truth[last] >= 0.5]
-    counterfactual = [(frame, data.others[int(data.task_index[frame])]) for frame in succeeded]
-    counterfactual = [(frame, others[0]) for frame, others in counterfactual if others]
-    if counterfactual:
-        frames = torch.as_tensor([frame for frame, _ in counterfactual])
-        tasks = torch.as_tensor([other for _, other in counterfactual])
-        swapped = frame_scores(model, data, frames, tasks)[:, 1].numpy()
-        figures["counterfactual_accuracy"] = float(np.mean(swapped < 0.5))
+    for name, alternatives in (
+        ("counterfactual_accuracy", data.others),
+        ("hard_counterfactual_accuracy", data.same_kind),
+    ):
+        pairs = [(frame, alternatives[int(data.task_index[frame])]) for frame in succeeded]
+        pairs = [(frame, others[0]) for frame, others in pairs if others]
+        if pairs:
+            frames = torch.as_tensor([frame for frame, _ in pairs])
+            tasks = torch.as_tensor([other for _, other in pairs])
+            swapped = frame_scores(model, data, frames, tasks)[:, 1].numpy()
+            figures[name] = float(np.mean(swapped < 0.5))
     return figures
 
 

@@ -35,6 +35,8 @@ def test_labels_ramp_to_the_first_success_and_failures_have_no_progress():
 def test_counterfactual_instructions_name_another_task_not_a_paraphrase():
     tasks = ["touch the red cube", "reach for the red cube", "touch the blue cube", "lift the red cube", "wave"]
     assert counterfactual_tasks(tasks) == [[2, 3, 4], [2, 3, 4], [0, 1, 3, 4], [0, 1, 2, 4], [0, 1, 2, 3]]
+    # the hard ones: the same family on another object (a text not of arm-instructed has none)
+    assert counterfactual_tasks(tasks, same_family=True) == [[2], [2], [0, 1], [], []]
 
 
 def settings(tmp_path, rollouts, held_out, name: str, *overrides: str) -> list[str]:
@@ -139,3 +141,25 @@ def test_extra_rollouts_train_beside_the_dataset_in_proportion_to_their_frames(r
     assert frames.shape == (3000, 1, 1, SIZE, SIZE, 3) and ids.shape[0] == progress.shape[0] == success.shape[0]
     held_out_share = float((ids[:, None] == parts[1].task_ids[None]).all(-1).any(-1).float().mean())
     assert held_out_share > 0.15, "a held-out combination's instruction comes from the second dataset only"
+
+
+def test_hard_counterfactuals_name_the_same_family_and_are_labelled_not_done(rollouts):
+    from policyforge.data.dataset import Demonstrations
+    from policyforge.rewards.labels import RewardFrames
+    from policyforge.sims.tasks.instructions import parse
+
+    demos = Demonstrations(rollouts)
+    data = RewardFrames(demos, ["task"], 1, 1)
+    assert any(data.same_kind), "the fixture's instructions include two of one family"
+    batch = 500
+    _, ids, progress, success = data.sample(batch, 1.0 - 1e-9, 0.0, torch.Generator().manual_seed(3), hard=1.0)
+    frames = torch.randint(len(data), (batch,), generator=torch.Generator().manual_seed(3))  # sample's first draw
+    text_of = {tuple(row.tolist()): text for row, text in zip(data.task_ids, demos.tasks, strict=True)}
+    pairs = [
+        (parse(demos.tasks[int(data.task_index[frame])]), parse(text_of[tuple(row.tolist())]))
+        for frame, row in zip(frames, ids, strict=True)
+        if data.same_kind[int(data.task_index[frame])]
+    ]
+    assert pairs and all(mine[:3] != other[:3] and mine[0] == other[0] for mine, other in pairs)
+    assert (success == 0).all(), "a frame under another task's instruction is not that task done"
+    assert not (progress > 0).any(), "progress is 0 or unknown under another task's instruction"
