@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from diffusers.optimization import get_cosine_schedule_with_warmup
 from torch.nn import functional as F
 
 from policyforge.algos.base import Algorithm, StepCallback
@@ -62,7 +63,10 @@ class RewardModelAlgoConfig(AlgoConfig):
     batch_size: int = 64
     """Samples per gradient step."""
     lr: float = 3e-4
-    """AdamW learning rate."""
+    """Peak AdamW learning rate."""
+    warmup_steps: int = 100
+    """Linear learning-rate warm-up, then cosine decay to 0 at gradient_steps (as BC's): the last checkpoints settle
+    instead of swinging from one evaluation to the next."""
     weight_decay: float = 1e-4
     """AdamW weight decay."""
     counterfactual: float = 0.3
@@ -85,6 +89,7 @@ class RewardModelAlgoConfig(AlgoConfig):
         check_in(self.steps_per_iteration, "steps_per_iteration", f"[1, gradient_steps={self.gradient_steps}]")
         check_in(self.batch_size, "batch_size", "[1, 65536]")
         check_in(self.lr, "lr", "(0, 1)")
+        check_in(self.warmup_steps, "warmup_steps", "[0, inf)")
         check_in(self.weight_decay, "weight_decay", "[0, 1]")
         check_in(self.counterfactual, "counterfactual", "[0, 1)")
         check_in(self.hard_counterfactual, "hard_counterfactual", "[0, 1]")
@@ -112,6 +117,7 @@ class RewardModelTraining(Algorithm):
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
         )
+        self.schedule = get_cosine_schedule_with_warmup(self.optimizer, config.warmup_steps, config.gradient_steps)
 
     def total_steps(self, default: int) -> int:
         return self.config.gradient_steps
@@ -133,9 +139,11 @@ class RewardModelTraining(Algorithm):
             loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self.optimizer.step()
+            self.schedule.step()
             totals += [float(progress_loss.detach()), float(success_loss.detach()), float(norm)]
         mean = totals / cfg.steps_per_iteration
-        return obs, {"loss/progress": mean[0], "loss/success": mean[1], "loss/grad_norm": mean[2]}
+        lr = self.schedule.get_last_lr()[0]
+        return obs, {"loss/progress": mean[0], "loss/success": mean[1], "loss/grad_norm": mean[2], "loss/lr": lr}
 
     def losses(
         self, frames: torch.Tensor, ids: torch.Tensor, progress: torch.Tensor, success: torch.Tensor
@@ -153,11 +161,16 @@ class RewardModelTraining(Algorithm):
         return {f"eval/{key}": value for key, value in reward_accuracy(self.model, self.held_out).items()}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {
+            "policy": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
 
 
 def reward_frames(config: RunConfig, env: VecEnv, field: str, index: int | None = None) -> RewardFrames:
