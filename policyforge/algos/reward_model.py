@@ -29,7 +29,7 @@ from policyforge.data.dataset import DatasetError
 from policyforge.policies.base import Obs, Policy
 from policyforge.rewards.labels import FrameMix, RewardFrames
 from policyforge.rewards.learned import LearnedReward, LearnedRewardConfig, build_learned
-from policyforge.rewards.metrics import reward_accuracy
+from policyforge.rewards.metrics import reward_accuracy, success_offset
 from policyforge.sims.vec_env import VecEnv
 
 if TYPE_CHECKING:
@@ -78,6 +78,11 @@ class RewardModelAlgoConfig(AlgoConfig):
     """Fraction of each batch played backwards (windows of model.window ≥ 2 only)."""
     success_weight: float = 1.0
     """Weight of the success loss beside the progress loss."""
+    calibrate_success: bool = True
+    """At each evaluation, set the model's success operating point (`success_offset`) to the one that calls the
+    held-out dataset's last frames best, before measuring: the success probability is then 0.5 where done and not
+    done are best told apart on rollouts the model did not train on (its figures on that dataset are then fitted;
+    report another held-out set beside them)."""
     balance_success: bool = True
     """Weigh the success loss's positive frames by negatives / positives of the dataset, so that a task whose
     success lasts a few frames (lift: the cube held up) is not called failed for being rare (measured: held-out
@@ -158,7 +163,10 @@ class RewardModelTraining(Algorithm):
         return progress_loss, F.binary_cross_entropy_with_logits(logits[:, 1], success, pos_weight=self.pos_weight)
 
     def evaluation(self) -> dict[str, float]:
-        return {f"eval/{key}": value for key, value in reward_accuracy(self.model, self.held_out).items()}
+        if self.config.calibrate_success:
+            self.model.success_offset.fill_(success_offset(self.model, self.held_out))
+        figures = {f"eval/{key}": value for key, value in reward_accuracy(self.model, self.held_out).items()}
+        return {**figures, "eval/success_threshold": float(torch.sigmoid(self.model.success_offset))}
 
     def state_dict(self) -> dict[str, Any]:
         return {

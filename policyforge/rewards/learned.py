@@ -114,6 +114,9 @@ class LearnedReward(RewardModel):
         )
         frames_dim = config.window * len(cameras) * config.image_features
         self.head = mlp(frames_dim, [config.hidden, config.hidden], 2, "mish", out_gain=0.01)
+        self.register_buffer("success_offset", torch.zeros(()))
+        """Subtracted from the success logit when scoring: the operating point chosen on held-out rollouts
+        (`metrics.success_offset`), so that probability 0.5 is the threshold that calls them best; 0 untrained."""
 
     def logits(self, frames: torch.Tensor, instruction_ids: torch.Tensor) -> torch.Tensor:
         """Progress and success logits [B, 2] of frames uint8 [B, T, V, H, W, 3] and token ids int [B, L]."""
@@ -125,11 +128,16 @@ class LearnedReward(RewardModel):
         features = self.image(frames.flatten(0, 2), per_frame).reshape(batch, -1)
         return self.head(features)
 
+    def probabilities(self, frames: torch.Tensor, instruction_ids: torch.Tensor) -> torch.Tensor:
+        """Progress and success probability [B, 2] (`logits` through a sigmoid, success at the calibrated
+        operating point: `success_offset`)."""
+        logits = self.logits(frames, instruction_ids)
+        return torch.sigmoid(torch.stack([logits[:, 0], logits[:, 1] - self.success_offset], dim=1))
+
     def _score(self, frames: torch.Tensor, instructions: list[str]) -> RewardScores:
         from policyforge.sims.instruction_obs import tokenizer
 
-        logits = self.logits(frames, tokenizer()(instructions, frames.device))
-        probabilities = torch.sigmoid(logits)
+        probabilities = self.probabilities(frames, tokenizer()(instructions, frames.device))
         return RewardScores(probabilities[:, 0], probabilities[:, 1])
 
 
@@ -151,6 +159,7 @@ def load_learned(run_dir: str | Path, checkpoint_file: str = "best", device: str
         )
     model = build_learned(config)
     state = checkpoint.load(checkpoint.resolve(run_dir, checkpoint_file))["algo"]["policy"]
+    state.setdefault("success_offset", torch.zeros(()))  # a model trained before calibration existed
     model.load_state_dict(state)
     return model.to(device).eval()
 

@@ -29,8 +29,8 @@ BATCH = 256
 def frame_scores(
     model: RewardModel, data: RewardFrames, frames: torch.Tensor | None = None, tasks: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Sigmoid scores [n, 2] (progress, success) of the windows ending at `frames` [n] (default: every frame of
-    `data`), each under its own instruction or under `tasks` [n] (indices into the dataset's instructions)."""
+    """Scores [n, 2] (progress, success probability) of the windows ending at `frames` [n] (default: every frame
+    of `data`), each under its own instruction or under `tasks` [n] (indices into the dataset's instructions)."""
     from policyforge.rewards.learned import LearnedReward
 
     if not isinstance(model, LearnedReward):
@@ -43,7 +43,7 @@ def frame_scores(
     for start in range(0, len(frames), BATCH):
         part = slice(start, start + BATCH)
         window = data.images[data.windows(frames[part])].to(model.device)
-        out.append(torch.sigmoid(model.logits(window, data.task_ids[tasks[part]].to(model.device))).cpu())
+        out.append(model.probabilities(window, data.task_ids[tasks[part]].to(model.device)).cpu())
     model.train(was_training)
     return torch.cat(out)
 
@@ -80,6 +80,22 @@ def reward_accuracy(model: RewardModel, data: RewardFrames) -> dict[str, float]:
             swapped = frame_scores(model, data, frames, tasks)[:, 1].numpy()
             figures[name] = float(np.mean(swapped < 0.5))
     return figures
+
+
+@torch.no_grad()
+def success_offset(model: RewardModel, data: RewardFrames) -> float:
+    """The success-logit offset that makes probability 0.5 the threshold calling `data`'s last frames best
+    (success accuracy): the middle one of the offsets that reach the best accuracy (between two frames' logits),
+    rather than the edge of that range."""
+    last = torch.as_tensor(data.bounds[:, 1] - 1)
+    scores = frame_scores(model, data, last)[:, 1].clamp(1e-6, 1 - 1e-6)
+    logits = (torch.logit(scores) + model.success_offset.cpu()).numpy()  # the model's own, before any offset
+    truth = data.success.numpy()[last.numpy()] >= 0.5
+    ordered = np.sort(logits)
+    candidates = np.concatenate([[ordered[0] - 1.0], (ordered[1:] + ordered[:-1]) / 2, [ordered[-1] + 1.0]])
+    accuracy = np.array([np.mean((logits >= threshold) == truth) for threshold in candidates])
+    best = candidates[accuracy == accuracy.max()]
+    return float(best[len(best) // 2])
 
 
 def _auc(scores: np.ndarray, positive: np.ndarray) -> float:

@@ -15,8 +15,10 @@ import pytest
 import torch
 
 from policyforge.algos import checkpoint
-from policyforge.rewards.labels import counterfactual_tasks, frame_labels
+from policyforge.data.dataset import Demonstrations
+from policyforge.rewards.labels import RewardFrames, counterfactual_tasks, frame_labels
 from policyforge.rewards.learned import load_learned
+from policyforge.rewards.metrics import reward_accuracy
 from policyforge.sims import SimConfig, make_env
 from policyforge.sims.config import ImageConfig
 from tests.rewards.conftest import OPTIONS, SIZE
@@ -69,6 +71,16 @@ def test_a_reward_model_run_fits_progress_and_success_and_scores_an_env(tmp_path
     assert best["eval/success_accuracy"] == max(e["eval/success_accuracy"] for e in evaluations)
 
     model = load_learned(tmp_path / "fit")
+    at_best = next(e for e in evaluations if e["gradient_steps"] == best["step"])
+    assert at_best["eval/success_threshold"] == pytest.approx(float(torch.sigmoid(model.success_offset)))
+    data = RewardFrames(Demonstrations(rollouts), ["task"], 1, 1)
+    calibrated = reward_accuracy(model, data)["success_accuracy"]
+    assert calibrated == pytest.approx(best["eval/success_accuracy"])
+    fitted = float(model.success_offset)
+    for offset in (-4.0, -1.0, 0.0, 1.0, 4.0, fitted - 0.5, fitted + 0.5):
+        model.success_offset.fill_(offset)
+        assert reward_accuracy(model, data)["success_accuracy"] <= calibrated, f"offset {offset} calls it better"
+    model.success_offset.fill_(fitted)
     sim = SimConfig(task="arm-instructed", num_envs=4, num_threads=1, task_options=OPTIONS,
                     image=ImageConfig(cameras=["task"], width=SIZE, height=SIZE, render="on_request"))  # fmt: skip
     sim.reward_model.path = str(tmp_path / "fit")
