@@ -79,10 +79,10 @@ class RewardModelAlgoConfig(AlgoConfig):
     success_weight: float = 1.0
     """Weight of the success loss beside the progress loss."""
     calibrate_success: bool = True
-    """At each evaluation, set the model's success operating point (`success_offset`) to the one that calls the
-    held-out dataset's last frames best, before measuring: the success probability is then 0.5 where done and not
-    done are best told apart on rollouts the model did not train on (its figures on that dataset are then fitted;
-    report another held-out set beside them)."""
+    """At each evaluation, calibrate the model's success probability on the held-out dataset before measuring
+    (`metrics.success_offset`: Platt scaling's bias over the episodes' last frames and their counterfactual pairs):
+    the model trains on every frame, this sets it where an episode is decided, on rollouts it did not train on
+    (its figures on that dataset are then fitted: report another held-out set beside them)."""
     balance_success: bool = True
     """Weigh the success loss's positive frames by negatives / positives of the dataset, so that a task whose
     success lasts a few frames (lift: the cube held up) is not called failed for being rare (measured: held-out

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy import stats
+from scipy import optimize, stats
+from torch.nn import functional as F
 
 from policyforge.rewards.base import RewardModel
 from policyforge.rewards.labels import RewardFrames
 
 BATCH = 256
+LOGIT_RANGE = 12.0
+"""The success offset is looked for in [-12, 12] (probabilities 6e-6 … 1 - 6e-6)."""
 
 
 @torch.no_grad()
@@ -72,30 +75,45 @@ def reward_accuracy(model: RewardModel, data: RewardFrames) -> dict[str, float]:
         ("counterfactual_accuracy", data.others),
         ("hard_counterfactual_accuracy", data.same_kind),
     ):
-        pairs = [(frame, alternatives[int(data.task_index[frame])]) for frame in succeeded]
-        pairs = [(frame, others[0]) for frame, others in pairs if others]
-        if pairs:
-            frames = torch.as_tensor([frame for frame, _ in pairs])
-            tasks = torch.as_tensor([other for _, other in pairs])
-            swapped = frame_scores(model, data, frames, tasks)[:, 1].numpy()
+        pairs = counterfactual_pairs(data, succeeded, alternatives)
+        if pairs is not None:
+            swapped = frame_scores(model, data, *pairs)[:, 1].numpy()
             figures[name] = float(np.mean(swapped < 0.5))
     return figures
 
 
+def counterfactual_pairs(
+    data: RewardFrames, frames: np.ndarray, alternatives: list[list[int]]
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`frames` [n] whose task has an alternative, and the first alternative task of each [n] (None: none has)."""
+    pairs = [(frame, alternatives[int(data.task_index[frame])]) for frame in frames]
+    pairs = [(frame, others[0]) for frame, others in pairs if others]
+    if not pairs:
+        return None
+    return torch.as_tensor([frame for frame, _ in pairs]), torch.as_tensor([other for _, other in pairs])
+
+
 @torch.no_grad()
 def success_offset(model: RewardModel, data: RewardFrames) -> float:
-    """The success-logit offset that makes probability 0.5 the threshold calling `data`'s last frames best
-    (success accuracy): the middle one of the offsets that reach the best accuracy (between two frames' logits),
-    rather than the edge of that range."""
-    last = torch.as_tensor(data.bounds[:, 1] - 1)
-    scores = frame_scores(model, data, last)[:, 1].clamp(1e-6, 1 - 1e-6)
-    logits = (torch.logit(scores) + model.success_offset.cpu()).numpy()  # the model's own, before any offset
-    truth = data.success.numpy()[last.numpy()] >= 0.5
-    ordered = np.sort(logits)
-    candidates = np.concatenate([[ordered[0] - 1.0], (ordered[1:] + ordered[:-1]) / 2, [ordered[-1] + 1.0]])
-    accuracy = np.array([np.mean((logits >= threshold) == truth) for threshold in candidates])
-    best = candidates[accuracy == accuracy.max()]
-    return float(best[len(best) // 2])
+    """The success-logit offset that best calibrates the model on `data` (Platt scaling's bias: the offset of
+    least log-loss) over its episodes' last frames (done or not as the simulator says) and their counterfactual
+    pairs of both kinds (not done), so the operating point moves for the frames that decide an episode without
+    calling another task's scene done."""
+    last = data.bounds[:, 1] - 1
+    done = data.success.numpy()[last] >= 0.5
+    frames, tasks, truth = [torch.as_tensor(last)], [data.task_index[last]], [done]
+    for alternatives in (data.others, data.same_kind):
+        pairs = counterfactual_pairs(data, last[done], alternatives)
+        if pairs is not None:
+            frames, tasks, truth = [*frames, pairs[0]], [*tasks, pairs[1]], [*truth, np.zeros(len(pairs[0]), bool)]
+    scores = frame_scores(model, data, torch.cat(frames), torch.cat(tasks))[:, 1].double().clamp(1e-6, 1 - 1e-6)
+    logits = torch.logit(scores) + float(model.success_offset)  # the model's own, before any offset
+    labels = torch.as_tensor(np.concatenate(truth), dtype=torch.float64)
+
+    def log_loss(offset: float) -> float:
+        return float(F.binary_cross_entropy_with_logits(logits - offset, labels))
+
+    return float(optimize.minimize_scalar(log_loss, bounds=(-LOGIT_RANGE, LOGIT_RANGE), method="bounded").x)
 
 
 def _auc(scores: np.ndarray, positive: np.ndarray) -> float:
