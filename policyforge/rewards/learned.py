@@ -115,8 +115,8 @@ class LearnedReward(RewardModel):
         frames_dim = config.window * len(cameras) * config.image_features
         self.head = mlp(frames_dim, [config.hidden, config.hidden], 2, "mish", out_gain=0.01)
         self.register_buffer("success_offset", torch.zeros(()))
-        """Subtracted from the success logit when scoring: the operating point chosen on held-out rollouts
-        (`metrics.success_offset`), so that probability 0.5 is the threshold that calls them best; 0 untrained."""
+        """Subtracted from the success logit when scoring: the offset that calibrates the success probability on
+        held-out rollouts (`metrics.success_offset`, Platt scaling's bias); 0 until a calibrated evaluation."""
 
     def logits(self, frames: torch.Tensor, instruction_ids: torch.Tensor) -> torch.Tensor:
         """Progress and success logits [B, 2] of frames uint8 [B, T, V, H, W, 3] and token ids int [B, L]."""
