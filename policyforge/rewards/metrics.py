@@ -93,12 +93,10 @@ def counterfactual_pairs(
     return torch.as_tensor([frame for frame, _ in pairs]), torch.as_tensor([other for _, other in pairs])
 
 
-@torch.no_grad()
-def success_offset(model: RewardModel, data: RewardFrames) -> float:
-    """The success-logit offset that best calibrates the model on `data` (Platt scaling's bias: the offset of
-    least log-loss) over its episodes' last frames (done or not as the simulator says) and their counterfactual
-    pairs of both kinds (not done), so the operating point moves for the frames that decide an episode without
-    calling another task's scene done."""
+def calibration_set(data: RewardFrames) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the success probability is calibrated on: frames [n], task indices [n] and done labels [n] float —
+    the episodes' last frames under their own instruction (done as the simulator says) and the successful ones'
+    counterfactual pairs of both kinds (not done)."""
     last = data.bounds[:, 1] - 1
     done = data.success.numpy()[last] >= 0.5
     frames, tasks, truth = [torch.as_tensor(last)], [data.task_index[last]], [done]
@@ -106,9 +104,17 @@ def success_offset(model: RewardModel, data: RewardFrames) -> float:
         pairs = counterfactual_pairs(data, last[done], alternatives)
         if pairs is not None:
             frames, tasks, truth = [*frames, pairs[0]], [*tasks, pairs[1]], [*truth, np.zeros(len(pairs[0]), bool)]
-    scores = frame_scores(model, data, torch.cat(frames), torch.cat(tasks))[:, 1].double().clamp(1e-6, 1 - 1e-6)
+    return torch.cat(frames), torch.cat(tasks), torch.as_tensor(np.concatenate(truth), dtype=torch.float64)
+
+
+@torch.no_grad()
+def success_offset(model: RewardModel, data: RewardFrames) -> float:
+    """The success-logit offset that best calibrates the model on `data`'s `calibration_set` (Platt scaling's
+    bias: the offset of least log-loss), so the operating point moves for the frames that decide an episode without
+    calling another task's scene done."""
+    frames, tasks, labels = calibration_set(data)
+    scores = frame_scores(model, data, frames, tasks)[:, 1].double().clamp(1e-6, 1 - 1e-6)
     logits = torch.logit(scores) + float(model.success_offset)  # the model's own, before any offset
-    labels = torch.as_tensor(np.concatenate(truth), dtype=torch.float64)
 
     def log_loss(offset: float) -> float:
         return float(F.binary_cross_entropy_with_logits(logits - offset, labels))

@@ -18,7 +18,7 @@ from policyforge.algos import checkpoint
 from policyforge.data.dataset import Demonstrations
 from policyforge.rewards.labels import RewardFrames, counterfactual_tasks, frame_labels
 from policyforge.rewards.learned import load_learned
-from policyforge.rewards.metrics import counterfactual_pairs, frame_scores
+from policyforge.rewards.metrics import calibration_set, frame_scores
 from policyforge.sims import SimConfig, make_env
 from policyforge.sims.config import ImageConfig
 from tests.rewards.conftest import OPTIONS, SIZE
@@ -74,16 +74,10 @@ def test_a_reward_model_run_fits_progress_and_success_and_scores_an_env(tmp_path
     at_best = next(e for e in evaluations if e["gradient_steps"] == best["step"])
     assert at_best["eval/success_threshold"] == pytest.approx(float(torch.sigmoid(model.success_offset)))
     data = RewardFrames(Demonstrations(rollouts), ["task"], 1, 1)
-    last = data.bounds[:, 1] - 1
-    done = data.success.numpy()[last] >= 0.5
-    frames, tasks, labels = [torch.as_tensor(last)], [data.task_index[last]], [done]
-    for alternatives in (data.others, data.same_kind):
-        pairs = counterfactual_pairs(data, last[done], alternatives)
-        if pairs is not None:
-            frames, tasks, labels = [*frames, pairs[0]], [*tasks, pairs[1]], [*labels, np.zeros(len(pairs[0]))]
-    success = frame_scores(model, data, torch.cat(frames), torch.cat(tasks))[:, 1]
+    frames, tasks, labels = calibration_set(data)
+    success = frame_scores(model, data, frames, tasks)[:, 1]
     # Platt's bias: at the offset of least log-loss the mean probability is the fraction done
-    assert float(success.double().mean()) == pytest.approx(float(np.concatenate(labels).mean()), abs=0.01)
+    assert float(success.double().mean()) == pytest.approx(float(labels.mean()), abs=0.01)
     sim = SimConfig(task="arm-instructed", num_envs=4, num_threads=1, task_options=OPTIONS,
                     image=ImageConfig(cameras=["task"], width=SIZE, height=SIZE, render="on_request"))  # fmt: skip
     sim.reward_model.path = str(tmp_path / "fit")
