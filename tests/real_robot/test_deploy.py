@@ -45,9 +45,10 @@ def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys):
     robot_seconds = re.search(r"measured over ([\d.]+) s of the peer's simulated time", printed)
     moved = re.search(r"base moved \(x, y\) │ ([-\d.]+), ([-\d.]+) m", printed)
     assert verdict and moved and robot_seconds, printed
-    # each mark reads a facts snapshot up to one write period old: the interval between two can exceed the 3 s
-    # policy phase by a period plus the loaded writer's lateness
-    assert 0 < float(robot_seconds[1]) <= 3.0 + 2 * FACTS_PERIOD_S
+    # each mark reads a facts snapshot up to one write period old, and a peer that fell behind at the first mark
+    # catches up in a burst during the phase (measured 3.26 s under load): the interval can exceed the 3 s policy
+    # phase by its backlog, but not by the stand-up phase before it
+    assert 0 < float(robot_seconds[1]) <= 3.0 + 5 * FACTS_PERIOD_S
     assert abs(float(verdict[1]) * float(robot_seconds[1]) - float(moved[1])) < 0.15, (verdict[0], moved[0])
     from policyforge.data.dataset import Demonstrations
 
