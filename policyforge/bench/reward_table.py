@@ -183,7 +183,9 @@ def main() -> None:
     summary["held_out"] = {name: families["all"] for name, families in rows.items()}
     if args.rl_seeds:
         sizes = {"steps": args.rl_steps, "eval_every": args.rl_eval_every}
-        model = {"model": str(args.model.resolve())}  # the ground-truth runs do not depend on it
+        recipe = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), [])
+        # the ground-truth runs depend on neither the model nor the recipe's reward signal
+        model = {"model": str(args.model.resolve()), "signal": recipe.sim.reward_model.signal}
         runs = {
             (reward, seed): kept_result(
                 args.out / "results" / f"touch-{reward}-s{seed}.json",

@@ -9,7 +9,7 @@ from policyforge.config import check, check_in
 
 REWARD_KINDS = ("learned", "clip", "vlm")
 ANSWERS = ("likelihood", "generate")
-SIGNALS = ("progress", "dense", "sparse", "both")
+SIGNALS = ("progress", "progress_success", "dense", "sparse", "both")
 MODES = ("replace", "add")
 MAX_EVERY = 1000
 
@@ -82,9 +82,11 @@ class RewardModelConfig:
     """Prompts and projection of kind clip."""
     vlm: VlmJudgeConfig = dataclasses.field(default_factory=lambda: VlmJudgeConfig())
     """Prompt, frames and answer reading of kind vlm."""
-    signal: Literal["progress", "dense", "sparse", "both"] = "progress"
+    signal: Literal["progress", "progress_success", "dense", "sparse", "both"] = "progress"
     """`progress`: the model's progress at every scored step (VLM-RMs' reward: the level, as a task's dense reward
-    is); `dense`: the progress gained since the env's last scored frame (a potential difference: an episode's sum is
+    is); `progress_success`: the progress plus the success probability (in [0, 2]; a success classifier's reward, as
+    RoboFuME and HIL-SERL use one, on top of the progress: a progress learned from time ramps saturates over the last
+    centimetres, where the classifier still rises: measured in BENCHMARKS.md); `dense`: the progress gained since the env's last scored frame (a potential difference: an episode's sum is
     its last progress, so oscillating earns nothing, but the signal is sparser: PPO on touch measured in
     BENCHMARKS.md); `sparse`: 1 at every scored step whose success probability reaches `success_threshold`;
     `both`: dense plus sparse."""

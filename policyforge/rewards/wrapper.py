@@ -173,7 +173,9 @@ class RewardWrapper(VecEnvWrapper):
         scores = job.scores.result()
         progress, success = scores.progress.cpu(), scores.success.cpu()
         ids = job.env_ids
-        reward = progress.clone() if self.config.signal == "progress" else torch.zeros(len(ids))
+        reward = progress.clone() if self.config.signal.startswith("progress") else torch.zeros(len(ids))
+        if self.config.signal == "progress_success":
+            reward += success
         if self.config.signal in ("dense", "both"):
             reward += progress - self.last_progress[ids]
         if self.config.signal in ("sparse", "both"):

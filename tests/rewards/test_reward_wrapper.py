@@ -72,6 +72,16 @@ def test_the_progress_signal_is_the_models_progress_at_each_scored_step():
         assert (reward[~scored] == 0).all()
 
 
+def test_the_progress_success_signal_adds_the_success_probability_to_the_progress():
+    trace = roll(wrapped(every=2, signal="progress_success"))
+    for step, (reward, terminated, truncated, info) in enumerate(trace, start=1):
+        scored = torch.ones(4, dtype=torch.bool) if step % 2 == 0 else terminated | truncated
+        terms = info["reward_terms"]
+        torch.testing.assert_close(reward[scored], (terms["model_progress"] + terms["model_success"])[scored])
+        assert (reward[~scored] == 0).all()
+    assert max(float(info["reward_terms"]["model_success"].max()) for *_, info in trace) > 1e-3
+
+
 def test_scoring_every_k_steps_rewards_those_steps_and_every_episode_end():
     trace = roll(wrapped(every=3))
     for step, (reward, terminated, truncated, _) in enumerate(trace, start=1):
