@@ -49,6 +49,11 @@ class RewardModelAlgoConfig(AlgoConfig):
     """More rollouts to learn from beside `dataset`, e.g. a policy's own (`policyforge collect --policy RUN`): the
     states an RL policy reaches on the model's reward, which the model must judge right (success from the
     simulator's flag) so that the policy cannot keep exploiting its mistakes."""
+    rejected_datasets: list[str] = dataclasses.field(default_factory=list)
+    """Rollouts judged as not doing the task at all, every frame labelled progress 0 and not done (they must never
+    succeed): those of a policy that fooled the model (success and progress high with the arm away from the cubes,
+    seen in its videos), so that neither head keeps the mistake (`extra_datasets` teach only success where an
+    episode fails)."""
     eval_dataset: str = ""
     """Held-out rollouts the evaluation scores (other instructions, colours or seeds than `dataset`'s); empty: the
     training dataset itself (then the figures say how well it fits, not how well it generalises)."""
@@ -183,15 +188,16 @@ class RewardModelTraining(Algorithm):
 
 def reward_frames(config: RunConfig, env: VecEnv, field: str, index: int | None = None) -> RewardFrames:
     """The labelled frames of the dataset `algo.<field>` (`[index]` of a list) names, read for the model's cameras
-    and window."""
+    and window (`rejected_datasets`: progress 0 throughout)."""
     cameras = list(config.sim.image.cameras)
     demos = load_demonstrations(config.algo, config.sim.task, env, cameras, field, index)
     model = config.algo.model
     first = config.algo.max_episodes if field == "dataset" else 0
     try:
-        data = RewardFrames(demos, cameras, model.window, model.frame_stride, range(first or demos.num_episodes))
+        episodes = range(first or demos.num_episodes)
+        data = RewardFrames(demos, cameras, model.window, model.frame_stride, episodes, field == "rejected_datasets")
     except DatasetError as err:
-        raise ConfigError(f"algo.{field}", str(err)) from None
+        raise ConfigError(f"algo.{field}" + ("" if index is None else f"[{index}]"), str(err)) from None
     height, width = data.images.shape[2:4]
     image = config.sim.image
     check(
@@ -211,10 +217,9 @@ def construct_reward_model(config: RunConfig, env: VecEnv, policy: Policy) -> Re
         "a reward model reads camera frames: name the cameras, e.g. sim.image.cameras=[task]",
     )
     train = reward_frames(config, env, "dataset")
-    if config.algo.extra_datasets:
-        extra = [
-            reward_frames(config, env, "extra_datasets", index) for index in range(len(config.algo.extra_datasets))
-        ]
+    fields = ("extra_datasets", "rejected_datasets")
+    extra = [reward_frames(config, env, f, i) for f in fields for i in range(len(getattr(config.algo, f)))]
+    if extra:
         train = FrameMix([train, *extra])
     held_out = reward_frames(config, env, "eval_dataset") if config.algo.eval_dataset else train
     return RewardModelTraining(build_learned(config), train, held_out, config.algo)
