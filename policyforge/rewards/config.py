@@ -88,8 +88,8 @@ class RewardModelConfig:
     RoboFuME and HIL-SERL use one, on top of the progress: a progress learned from time ramps saturates over the last
     centimetres, where the classifier still rises: measured in BENCHMARKS.md); `dense`: the progress gained since
     the env's last scored frame (a potential difference: an episode's sum is its last progress, so oscillating earns
-    nothing, but the signal is sparser: PPO on touch measured in BENCHMARKS.md); `sparse`: 1 at every scored step whose success probability reaches `success_threshold`;
-    `both`: dense plus sparse."""
+    nothing, but the signal is sparser: PPO on touch measured in BENCHMARKS.md); `sparse`: 1 at every scored step
+    whose success probability reaches `success_threshold`; `both`: dense plus sparse."""
     mode: Literal["replace", "add"] = "replace"
     """`replace`: the model's reward is the env's reward (what a real robot has); `add`: the task's reward plus
     `scale` × the model's."""
