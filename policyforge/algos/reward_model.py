@@ -50,10 +50,10 @@ class RewardModelAlgoConfig(AlgoConfig):
     states an RL policy reaches on the model's reward, which the model must judge right (success from the
     simulator's flag) so that the policy cannot keep exploiting its mistakes."""
     rejected_datasets: list[str] = dataclasses.field(default_factory=list)
-    """Rollouts judged as not doing the task at all, every frame labelled progress 0 and not done (they must never
-    succeed): those of a policy that fooled the model (success and progress high with the arm away from the cubes,
-    seen in its videos), so that neither head keeps the mistake (`extra_datasets` teach only success where an
-    episode fails)."""
+    """Rollouts of a policy that fooled the model (success and progress high with the arm away from the cubes,
+    seen in its videos): every frame of an episode that fails is labelled progress 0 and not done, so that neither
+    head keeps the mistake (in `extra_datasets` a failed episode teaches only success); its successful episodes are
+    labelled as any dataset's."""
     eval_dataset: str = ""
     """Held-out rollouts the evaluation scores (other instructions, colours or seeds than `dataset`'s); empty: the
     training dataset itself (then the figures say how well it fits, not how well it generalises)."""
@@ -188,7 +188,7 @@ class RewardModelTraining(Algorithm):
 
 def reward_frames(config: RunConfig, env: VecEnv, field: str, index: int | None = None) -> RewardFrames:
     """The labelled frames of the dataset `algo.<field>` (`[index]` of a list) names, read for the model's cameras
-    and window (`rejected_datasets`: progress 0 throughout)."""
+    and window (`rejected_datasets`: progress 0 in failed episodes)."""
     cameras = list(config.sim.image.cameras)
     demos = load_demonstrations(config.algo, config.sim.task, env, cameras, field, index)
     model = config.algo.model

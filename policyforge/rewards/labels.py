@@ -5,8 +5,9 @@ state that action made; false at an episode's first frame). Its progress:
   - in an episode that succeeds, a ramp in time: 0 at the first frame, 1 from the first successful frame on
     (the "progress ramps" of successful demonstrations, as GVL and ReWiND read expert videos);
   - in an episode that never succeeds, unknown (NaN, left out of the progress loss): only its success (0) is taught;
-  - in a rejected dataset (`rejected=True`: rollouts a person judged as not doing the task at all, such as those of a
-    policy that fooled the model with the arm away from the cubes), 0 at every frame.
+  - in a rejected dataset (`rejected=True`: rollouts of a policy that fooled the model, e.g. with the arm away from
+    the cubes, judged from their videos), 0 at every frame of an episode that never succeeds (its successful
+    episodes keep their ramps: such a policy's rollouts mix its hack with the odd success).
 Negatives made from the same frames:
   - counterfactual instruction (RoboReward): a frame paired with another instruction of the dataset that names
     another task (another family, object or target). Success 0; progress 0 where the frame is at least half-way
@@ -45,8 +46,8 @@ class RewardFrames:
         episodes: Sequence[int] | None = None,
         rejected: bool = False,
     ):
-        """The frames of `demos`' `episodes` (default all), `cameras`' views of them; `rejected`: progress 0 at
-        every frame (DatasetError if any frame succeeded)."""
+        """The frames of `demos`' `episodes` (default all), `cameras`' views of them; `rejected`: progress 0 in
+        the episodes that never succeed."""
         from policyforge.sims.instruction_obs import tokenizer
 
         missing = [camera for camera in cameras if camera not in demos.cameras]
@@ -67,12 +68,7 @@ class RewardFrames:
         """[E, 2] each selected episode's [from, to) frames in this object's arrays."""
         self.success, self.progress = frame_labels(demos.column(SUCCESS_KEY, episodes).astype(bool), self.bounds)
         if rejected:
-            if bool(self.success.any()):
-                raise DatasetError(
-                    f"{demos.root} has {int(self.success.sum())} successful frames: rejected rollouts are labelled "
-                    "progress 0 throughout, so they must never succeed (give it as a plain dataset instead)"
-                )
-            self.progress.zero_()
+            self.progress.nan_to_num_(0.0)  # NaN: exactly the frames of episodes that never succeed
         if not demos.tasks:
             raise DatasetError(f"{demos.root} has no task instructions (meta/tasks.parquet): a reward model reads them")
         self.task_index = torch.as_tensor(demos.column("task_index", episodes).astype(np.int64))
