@@ -173,7 +173,9 @@ class RewardWrapper(VecEnvWrapper):
         scores = job.scores.result()
         progress, success = scores.progress.cpu(), scores.success.cpu()
         ids = job.env_ids
-        reward = progress.clone() if self.config.signal.startswith("progress") else torch.zeros(len(ids))
+        reward = torch.zeros(len(ids))
+        if self.config.signal in ("progress", "progress_success"):
+            reward += progress
         if self.config.signal == "progress_success":
             reward += success
         if self.config.signal in ("dense", "both"):
