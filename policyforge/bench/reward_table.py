@@ -3,7 +3,11 @@ what RL reaches with its reward alone, and what scoring costs the simulator.
 
     policyforge bench reward-table --model runs/reward-model \\
         --held-out data/rm-heldout-combination data/rm-heldout-paraphrase [--train-data data/rm-train] \\
+        [--ensemble runs/reward-model-1 runs/reward-model-2 [--uncertainty-penalty 1]] \\
         [--rl-seeds 0 1 2] [--rl-steps 204800] [--throughput-envs 64] [--out bench/results/reward]
+
+With `--ensemble`, the model judged (and rewarding RL) is the ensemble of --model and those runs
+(`rewards/ensemble.py`: each score the models' mean minus the penalty × their spread).
 
 1. Accuracy (`rewards/metrics.py`) per held-out dataset and instruction family: success accuracy on the episodes'
    last frames, success ROC-AUC over frames, value-order correlation (Spearman, Kendall) of successful episodes,
@@ -39,7 +43,9 @@ from policyforge.algos.runner import RunConfig, Runner
 from policyforge.bench._kept import kept_result
 from policyforge.cli import find_recipe
 from policyforge.data.dataset import Demonstrations
+from policyforge.rewards.base import RewardModel
 from policyforge.rewards.config import RewardModelConfig
+from policyforge.rewards.ensemble import RewardEnsemble
 from policyforge.rewards.labels import RewardFrames
 from policyforge.rewards.learned import LearnedReward, load_learned
 from policyforge.rewards.metrics import reward_accuracy
@@ -57,7 +63,26 @@ HEADINGS = ("success acc", "success AUC", "VOC ρ", "VOC τ", "cf acc", "hard cf
 """The table's names of FIGURES (VOC: value-order correlation, Spearman's ρ and Kendall's τ; cf: counterfactual)."""
 
 
-def accuracy(model: LearnedReward, dataset: Path) -> dict[str, dict[str, float]]:
+def judged_model(args: argparse.Namespace) -> LearnedReward | RewardEnsemble:
+    """The model `args` name: --model alone, or with --ensemble's runs as one ensemble."""
+    if not args.ensemble:
+        return load_learned(args.model)
+    members: list[RewardModel] = [load_learned(run) for run in [args.model, *args.ensemble]]
+    return RewardEnsemble(members, args.uncertainty_penalty)
+
+
+def reward_model_overrides(args: argparse.Namespace) -> list[str]:
+    """The recipe's sim.reward_model and sim.image set to the judged model."""
+    overrides = [f"sim.reward_model.path={args.model}", *image_overrides(load_learned(args.model))]
+    if args.ensemble:
+        overrides += [
+            "sim.reward_model.ensemble=[" + ",".join(map(str, args.ensemble)) + "]",
+            f"sim.reward_model.uncertainty_penalty={args.uncertainty_penalty}",
+        ]
+    return overrides
+
+
+def accuracy(model: LearnedReward | RewardEnsemble, dataset: Path) -> dict[str, dict[str, float]]:
     """The figures of every family's episodes in `dataset`, and of all of them."""
     demos = Demonstrations(dataset)
     inputs = model.inputs
@@ -82,7 +107,7 @@ def rl_run(args: argparse.Namespace, reward: str, seed: int) -> dict[str, Any]:
     if reward == "gt":
         overrides += ['sim.reward_model.path=""', "sim.image.cameras=[]"]
     else:
-        overrides += [f"sim.reward_model.path={args.model}", *image_overrides(load_learned(args.model))]
+        overrides += reward_model_overrides(args)
     config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), overrides)
     runner = Runner.start(config, Console(quiet=True))
     started = time.perf_counter()
@@ -109,9 +134,8 @@ def throughput(args: argparse.Namespace, rounds: int = 3, steps: int = 48) -> di
     from policyforge.rewards.wrapper import RewardWrapper
     from policyforge.sims import make_env
 
-    model = load_learned(args.model)
-    overrides = [f"sim.reward_model.path={args.model}", *image_overrides(model)]
-    config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), overrides)
+    model = judged_model(args)
+    config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), reward_model_overrides(args))
     sim = dataclasses.replace(
         config.sim,
         num_envs=args.throughput_envs,
@@ -167,6 +191,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="an algo: reward_model run")
     parser.add_argument("--held-out", type=Path, nargs="+", required=True, help="held-out rollout datasets")
+    parser.add_argument("--ensemble", type=Path, nargs="*", default=[], help="more reward_model runs: an ensemble")
+    parser.add_argument("--uncertainty-penalty", type=float, default=1.0, help="ensemble: stds off the mean")
     parser.add_argument("--train-data", type=Path, help="the training rollouts too (how well the model fits them)")
     parser.add_argument("--rl-seeds", type=int, nargs="*", default=[], help="seeds of the RL comparison (none: off)")
     parser.add_argument("--rl-steps", type=int, default=204_800)
@@ -175,7 +201,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/reward"))
     args = parser.parse_args()
     console = Console()
-    model = load_learned(args.model)
+    model = judged_model(args)
     datasets = [*args.held_out, *([args.train_data] if args.train_data else [])]
     rows = {path.name: accuracy(model, path) for path in datasets}
     print_accuracy(console, rows)
@@ -185,11 +211,14 @@ def main() -> None:
         sizes = {"steps": args.rl_steps, "eval_every": args.rl_eval_every}
         recipe = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), [])
         # the ground-truth runs depend on neither the model nor the recipe's reward signal
-        model = {"model": str(args.model.resolve()), "signal": recipe.sim.reward_model.signal}
+        judged: dict[str, Any] = {"model": str(args.model.resolve()), "signal": recipe.sim.reward_model.signal}
+        if args.ensemble:
+            judged["ensemble"] = [str(run.resolve()) for run in args.ensemble]
+            judged["uncertainty_penalty"] = args.uncertainty_penalty
         runs = {
             (reward, seed): kept_result(
                 args.out / "results" / f"touch-{reward}-s{seed}.json",
-                sizes if reward == "gt" else {**sizes, **model},
+                sizes if reward == "gt" else {**sizes, **judged},
                 lambda r=reward, s=seed: rl_run(args, r, s),
             )
             for seed in args.rl_seeds

@@ -48,12 +48,16 @@ class RewardScores:
     """How far the instructed task has come, in [0, 1] (1: done)."""
     success: torch.Tensor
     """The probability that the task is done, in [0, 1]."""
+    disagreement: torch.Tensor | None = None
+    """How unsure the model is of the progress, ≥ 0 (an ensemble's spread: `rewards.ensemble`); None: not said."""
 
 
 class RewardModel(nn.Module, abc.ABC):
     """A batched reward model (module docstring). Subclasses set `inputs` and implement `_score`."""
 
     inputs: RewardInputs
+    reports_disagreement: bool = False
+    """Whether `score` fills `RewardScores.disagreement` (the env wrapper then logs it as model_disagreement)."""
 
     @property
     def device(self) -> torch.device:
@@ -73,7 +77,8 @@ class RewardModel(nn.Module, abc.ABC):
             scores = self._score(frames.to(self.device), list(instructions))
         finally:
             self.train(was_training)
-        return RewardScores(scores.progress.float().clamp(0, 1), scores.success.float().clamp(0, 1))
+        spread = None if scores.disagreement is None else scores.disagreement.float()
+        return RewardScores(scores.progress.float().clamp(0, 1), scores.success.float().clamp(0, 1), spread)
 
     @abc.abstractmethod
     def _score(self, frames: torch.Tensor, instructions: list[str]) -> RewardScores:

@@ -75,6 +75,14 @@ class RewardModelConfig:
     """`learned`: the compact progress + success model policyforge trains (`rewards.learned`), its best.pt;
     `clip`: zero-shot CLIP / SigLIP similarity with VLM-RMs' goal–baseline projection (`rewards.clip`); `vlm`: a
     vision-language model asked for a 1–5 progress score, RoboReward's question (`rewards.vlm`)."""
+    ensemble: list[str] = dataclasses.field(default_factory=list)
+    """More runs of kind learned, scored with `path`'s as one ensemble (`rewards.ensemble`): each of progress and
+    success is then the models' mean minus `uncertainty_penalty` × their standard deviation, so states where
+    models trained from other seeds disagree (where no training rollout went, and a policy can hack the reward)
+    pay less. Train them by the same recipe with other seeds: `policyforge train configs/reward-model.yaml seed=1
+    name=reward-model-1`; empty: `path`'s model alone."""
+    uncertainty_penalty: float = 1.0
+    """With an ensemble: standard deviations of the models' scores subtracted from their mean (0: the plain mean)."""
     cameras: list[str] = dataclasses.field(default_factory=list)
     """The cameras a zero-shot model (kind clip) reads, of sim.image.cameras (empty: the first); a learned model
     reads those it was trained on."""
@@ -113,6 +121,13 @@ class RewardModelConfig:
         check_in(self.every, "every", f"[1, {MAX_EVERY}]", unit=" control steps")
         check_in(self.success_threshold, "success_threshold", "(0, 1]")
         check_in(self.scale, "scale", "(0, 1e6]", "the factor on the model's reward")
+        check_in(self.uncertainty_penalty, "uncertainty_penalty", "[0, 100]", "standard deviations subtracted")
+        check(
+            not self.ensemble or self.kind == "learned",
+            "ensemble",
+            f"ensembles are of learned models (kind learned); kind {self.kind} is one pretrained model: leave it empty",
+        )
+        check(all(bool(run) for run in self.ensemble), "ensemble", "an entry is empty: give each model's run directory")
 
     @property
     def enabled(self) -> bool:

@@ -51,7 +51,12 @@ def load_reward_model(config: RewardModelConfig, image: ImageConfig) -> RewardMo
         return load_vlm(config.path, config.vlm, cameras, image.height, image.width).to(config.device)
     from policyforge.rewards.learned import load_learned
 
-    return load_learned(config.path, device=config.device)
+    if not config.ensemble:
+        return load_learned(config.path, device=config.device)
+    from policyforge.rewards.ensemble import RewardEnsemble
+
+    members = [load_learned(run, device=config.device) for run in [config.path, *config.ensemble]]
+    return RewardEnsemble(members, config.uncertainty_penalty)
 
 
 def with_reward_model(env: VecEnv, sim: SimConfig) -> VecEnv:

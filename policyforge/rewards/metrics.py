@@ -34,10 +34,8 @@ def frame_scores(
 ) -> torch.Tensor:
     """Scores [n, 2] (progress, success probability) of the windows ending at `frames` [n] (default: every frame
     of `data`), each under its own instruction or under `tasks` [n] (indices into the dataset's instructions)."""
-    from policyforge.rewards.learned import LearnedReward
-
-    if not isinstance(model, LearnedReward):
-        raise TypeError(f"frame_scores reads a LearnedReward's logits, got {type(model).__name__}")
+    if not hasattr(model, "probabilities"):
+        raise TypeError(f"frame_scores reads a learned model's or ensemble's probabilities: {type(model).__name__}")
     was_training = model.training
     model.eval()
     frames = torch.arange(len(data)) if frames is None else frames

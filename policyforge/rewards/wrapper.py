@@ -36,7 +36,8 @@ from policyforge.sims.vec_env import Obs, StepResult, VecEnv
 from policyforge.sims.wrapper import VecEnvWrapper
 
 LOGGED_TERMS = ("gt_reward", "model_reward", "model_progress", "model_success")
-"""The `info["reward_terms"]` the wrapper adds (evaluation reports their means: `eval/terms/<name>`)."""
+"""The `info["reward_terms"]` the wrapper adds (evaluation reports their means: `eval/terms/<name>`), and
+`model_disagreement` where the model says how unsure it is (an ensemble's spread of progress)."""
 
 
 @dataclasses.dataclass
@@ -70,7 +71,7 @@ class RewardWrapper(VecEnvWrapper):
         self.fresh = torch.ones(n, dtype=torch.bool)
         """Envs whose episode has no scored frame yet (their window starts as copies of the first one)."""
         self.last_progress = torch.zeros(n)
-        self.progress, self.success = torch.zeros(n), torch.zeros(n)
+        self.progress, self.success, self.disagreement = torch.zeros(n), torch.zeros(n), torch.zeros(n)
         """The latest scores of each env (logged)."""
         self.undelivered = torch.zeros(n)
         """Rewards scored but not returned yet (asynchronous mode)."""
@@ -128,7 +129,8 @@ class RewardWrapper(VecEnvWrapper):
         self._settle()
         self.env.set_state(state["env"])
         for name in _STATE_TENSORS:
-            getattr(self, name).copy_(state["reward_wrapper"][name])
+            if name in state["reward_wrapper"]:  # a snapshot from before `disagreement` was kept has none
+                getattr(self, name).copy_(state["reward_wrapper"][name])
         self.steps = state["reward_wrapper"]["steps"]
 
     def close(self) -> None:
@@ -185,6 +187,8 @@ class RewardWrapper(VecEnvWrapper):
         self.undelivered[ids] += reward
         self.last_progress[ids] = torch.where(job.ended, 0.0, progress)
         self.progress[ids], self.success[ids] = progress, success
+        if scores.disagreement is not None:
+            self.disagreement[ids] = scores.disagreement.cpu()
 
     def _settle(self) -> None:
         """Resolve a pending asynchronous job (before a reset or a snapshot)."""
@@ -216,10 +220,12 @@ class RewardWrapper(VecEnvWrapper):
             "model_progress": self.progress.clone(),
             "model_success": self.success.clone(),
         }
+        if self.model.reports_disagreement:
+            terms["model_disagreement"] = self.disagreement.clone()
         info["reward_terms"] = {**info["reward_terms"], **{k: v.to(device) for k, v in terms.items()}}
 
 
-_STATE_TENSORS = ("history", "fresh", "last_progress", "progress", "success", "undelivered", "returns")
+_STATE_TENSORS = ("history", "fresh", "last_progress", "progress", "success", "disagreement", "undelivered", "returns")
 """The wrapper's own state, snapshot with the env's (`get_state`)."""
 
 

@@ -10,6 +10,7 @@ import torch
 
 from policyforge.rewards import RewardModel
 from policyforge.rewards.config import RewardModelConfig, VlmJudgeConfig
+from policyforge.rewards.ensemble import RewardEnsemble
 from policyforge.rewards.learned import LearnedReward, LearnedRewardConfig
 from policyforge.rewards.load import load_reward_model
 from policyforge.sims.config import ImageConfig
@@ -21,6 +22,10 @@ MODELS = {
     "learned_window_2_views": lambda: LearnedReward(
         LearnedRewardConfig(window=3, frame_stride=2, image_channels=8, image_features=16, hidden=32),
         ["task", "wrist"], 16, 16,
+    ),
+    "learned_ensemble": lambda: RewardEnsemble(
+        [LearnedReward(LearnedRewardConfig(image_channels=8, image_features=16, hidden=32), ["task"], 24, 32)
+         for _ in range(3)], uncertainty_penalty=1.0,
     ),
 }  # fmt: skip
 INSTRUCTIONS = ["touch the red cube", "lift the blue cube", "push the green cube to the left zone", "go to the cube"]

@@ -16,9 +16,10 @@ import torch
 
 from policyforge.algos import checkpoint
 from policyforge.data.dataset import Demonstrations
+from policyforge.rewards.config import RewardModelConfig
 from policyforge.rewards.labels import RewardFrames, counterfactual_tasks, frame_labels
 from policyforge.rewards.learned import load_learned
-from policyforge.rewards.metrics import calibration_set, frame_scores
+from policyforge.rewards.metrics import calibration_set, frame_scores, reward_accuracy
 from policyforge.sims import SimConfig, make_env
 from policyforge.sims.config import ImageConfig
 from tests.rewards.conftest import OPTIONS, SIZE
@@ -136,6 +137,31 @@ def test_the_reward_table_scores_held_out_rollouts_per_family_and_times_the_wrap
     rates = summary["throughput"]
     assert set(rates) == {"none", "sync", "async", "model_ms"} and all(rate > 0 for rate in rates.values())
     assert summary["async_throughput_ratio"] == pytest.approx(rates["async"] / rates["none"])
+
+
+def test_an_ensemble_of_runs_loads_into_the_env_and_the_reward_table(tmp_path, rollouts, capsys):
+    from policyforge.cli import main
+    from policyforge.rewards.ensemble import RewardEnsemble
+    from policyforge.rewards.load import load_reward_model
+
+    for seed in (0, 1):
+        run = train(tmp_path, rollouts, rollouts, f"m{seed}", f"seed={seed}", "algo.gradient_steps=20",
+                    "algo.steps_per_iteration=20")  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+    config = RewardModelConfig(path=str(tmp_path / "m0"), ensemble=[str(tmp_path / "m1")], uncertainty_penalty=2.0)
+    ensemble = load_reward_model(config, ImageConfig(cameras=["task"], width=SIZE, height=SIZE))
+    assert isinstance(ensemble, RewardEnsemble) and ensemble.uncertainty_penalty == 2.0
+    members = [load_learned(tmp_path / name) for name in ("m0", "m1")]
+    for mine, loaded in zip(members, ensemble.members, strict=True):
+        for a, b in zip(mine.state_dict().values(), loaded.state_dict().values(), strict=True):
+            assert torch.equal(a, b)
+    code = main(["bench", "reward-table", "--model", str(tmp_path / "m0"), "--ensemble", str(tmp_path / "m1"),
+                 "--uncertainty-penalty", "0", "--held-out", str(rollouts), "--throughput-envs", "0"])  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    data = RewardFrames(Demonstrations(rollouts), ["task"], 1, 1)
+    plain_mean = RewardEnsemble(members, 0.0)
+    assert code in (None, 0)
+    assert summary["learned"] == pytest.approx({"episodes": 24, **reward_accuracy(plain_mean, data)})
 
 
 def test_extra_rollouts_train_beside_the_dataset_in_proportion_to_their_frames(rollouts, held_out_rollouts):
