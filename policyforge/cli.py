@@ -288,6 +288,12 @@ def _parser() -> argparse.ArgumentParser:
     collecting.add_argument("--envs", type=int, default=16, help="parallel environments")
     collecting.add_argument("--seed", type=int, default=0, help="env seed (appending adds the episodes present)")
     collecting.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise on the expert's actions")
+    collecting.add_argument(
+        "--noise-correlation",
+        type=float,
+        default=0.0,
+        help="correlation of the noise from step to step, [0, 1): near 1 the arm wanders (play-like rollouts)",
+    )
     collecting.add_argument("--hesitation", type=float, default=0.0, help="per-step probability of a 2-6 step pause")
     collecting.add_argument("--cameras", default="", help="cameras to record as videos, e.g. front,wrist")
     collecting.add_argument("--image-size", default="96", help="camera image size: SIZE or WIDTHxHEIGHT (default 96)")

@@ -105,6 +105,7 @@ def test_collect_writes_a_dataset_that_reads_back(tmp_path, capsys):
     "flags, message",
     [
         (["arm-reach", "--hesitation", "1.5"], "--hesitation: is a per-step probability"),
+        (["arm-reach", "--noise-correlation", "-0.1"], "--noise-correlation: is a lag-one correlation in [0, 1)"),
         (["arm-reach", "--cameras", "top"], "--cameras: unknown ['top']"),
         (["arm-reach", "--image-size", "big"], "--image-size: give SIZE or WIDTHxHEIGHT"),
         (["arm-reach", "--envs", "0"], "--envs: must be in [1, 4096]"),

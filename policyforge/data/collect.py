@@ -62,6 +62,7 @@ def collect(
     progress: bool = True,
     console: Console | None = None,
     policy: str | Path | None = None,
+    noise_correlation: float = 0.0,
 ) -> dict[str, Any]:
     """Record `episodes` expert episodes of `task` into `out`; returns a summary (episodes, frames, success rate,
     seconds, ...).
@@ -74,9 +75,13 @@ def collect(
     `episodes` unless `only_successful`); `image_quality`: `ImageConfig.quality`, as the policy will see them.
     `policy`: a training run directory whose policy is the demonstrator instead of the task's scripted expert (any
     task; recorded with the run's sim settings, randomisation included, updated by `task_options`).
+    `noise_correlation`: the action noise's correlation from one step to the next (`experts.ActionNoise`: near 1
+    the arm wanders across its workspace, play-like rollouts).
     """
     image_hw = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     _check_arguments(episodes, num_envs, seed, action_noise, hesitation, image_hw)
+    if not 0 <= noise_correlation < 1:  # false for NaN
+        raise ConfigError("noise_correlation", f"is a lag-one correlation in [0, 1); got {noise_correlation}")
     task_options = dict(task_options or {})
     num_envs = num_envs if only_successful else min(num_envs, episodes)
     image = ImageConfig(cameras=list(cameras), width=image_hw[1], height=image_hw[0], quality=image_quality)
@@ -100,6 +105,8 @@ def collect(
     env = make_env(sim, seed=env_seed)
     try:
         expert_info = {"name": expert_name, "action_noise": action_noise, "hesitation": hesitation}
+        if noise_correlation:  # only then: datasets recorded before the option still take appended sessions
+            expert_info["noise_correlation"] = noise_correlation
         info_extra = {
             "task_options": sim.task_options,
             "control_mode": getattr(env.task.config, "control_mode", None),
@@ -125,9 +132,9 @@ def collect(
         except (ValueError, FileExistsError) as err:
             raise ConfigError("out", str(err)) from None
         if demonstrator is not None:
-            expert = PolicyExpert(demonstrator, num_envs, action_noise=action_noise, seed=env_seed)
+            expert = PolicyExpert(demonstrator, num_envs, action_noise, env_seed, noise_correlation)
         else:
-            expert = expert_class(env.task, num_envs, action_noise=action_noise, seed=env_seed, hesitation=hesitation)
+            expert = expert_class(env.task, num_envs, action_noise, env_seed, hesitation, noise_correlation)
         start = time.perf_counter()
         with _progress_bar(progress, console, task, episodes) as update:
             counts = _record(env, expert, writer, episodes, only_successful, list(cameras), env_seed, update)

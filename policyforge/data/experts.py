@@ -1,8 +1,9 @@
 """Scripted experts for the arm tasks: state machines over privileged task state, in `ee_delta_topdown` mode.
 
 They prove each task solvable and produce demonstrations. Two knobs degrade them on purpose, so that behaviour
-cloning on their demonstrations lands at a moderate success rate: `action_noise` (Gaussian noise on every action)
-and `hesitation` (random pauses, which make the same state lead to different actions).
+cloning on their demonstrations lands at a moderate success rate: `action_noise` (Gaussian noise on every action,
+`noise_correlation` making it a slowly turning push instead of jitter: `ActionNoise`) and `hesitation` (random
+pauses, which make the same state lead to different actions).
 """
 
 from __future__ import annotations
@@ -24,10 +25,40 @@ from policyforge.sims.xmath import quat_rotate, wrap_angle
 OPEN, CLOSED = 1.0, -1.0
 
 
+class ActionNoise:
+    """Gaussian noise of standard deviation `std` on actions [N, A], each env's an AR(1) process with lag-one
+    correlation `correlation`, restarted at each episode: 0 draws it afresh every step (jitter around the plan);
+    near 1 it pushes the same way for 1 / (1 - correlation) steps or so, so an arm wanders across its workspace
+    (play-like rollouts: the poses a reward model must learn are not the task's, as an RL policy's early ones)."""
+
+    def __init__(self, std: float, correlation: float, num_envs: int, rng: np.random.Generator):
+        if not 0.0 <= correlation < 1.0:
+            raise ValueError(f"noise_correlation is a lag-one correlation in [0, 1), got {correlation}")
+        self.std, self.correlation, self.rng = std, correlation, rng
+        self.state: np.ndarray | None = None
+        self.fresh = np.ones(num_envs, dtype=bool)
+
+    def reset(self, env_ids: np.ndarray) -> None:
+        """Envs `env_ids` begin an episode: their noise starts afresh."""
+        self.fresh[env_ids] = True
+
+    def __call__(self, action: np.ndarray) -> np.ndarray:
+        """`action` [N, A] plus this step's noise (unclipped)."""
+        if self.std == 0:
+            return action
+        draw = self.rng.standard_normal(action.shape)
+        if self.correlation > 0 and self.state is not None:
+            carried = self.correlation * self.state + np.sqrt(1 - self.correlation**2) * draw
+            draw = np.where(self.fresh[:, None], draw, carried)
+        self.state, self.fresh[:] = draw, False
+        return action + self.std * draw
+
+
 class ArmExpert(abc.ABC):
     """Base: turns per-env TCP targets into `ee_delta_topdown` actions [N, 5].
 
-    `action_noise`: standard deviation of Gaussian noise added to every action (before clipping to [-1, 1]).
+    `action_noise`: standard deviation of Gaussian noise added to every action (before clipping to [-1, 1]),
+    `noise_correlation` its correlation from one step to the next (`ActionNoise`).
     `hesitation`: per-step probability that an env starts a pause of 2–6 steps (this one included), during which
     it commands no motion (translation and yaw 0) and keeps its last gripper command.
     """
@@ -35,7 +66,15 @@ class ArmExpert(abc.ABC):
     PAUSE_STEPS = (2, 6)
     """Shortest and longest pause, control steps."""
 
-    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0, hesitation: float = 0.0):
+    def __init__(
+        self,
+        task: ArmTask,
+        num_envs: int,
+        action_noise: float = 0.0,
+        seed: int = 0,
+        hesitation: float = 0.0,
+        noise_correlation: float = 0.0,
+    ):
         if task.config.control_mode != "ee_delta_topdown":
             raise ValueError(
                 f"scripted experts act in control_mode 'ee_delta_topdown', not {task.config.control_mode!r}"
@@ -45,11 +84,11 @@ class ArmExpert(abc.ABC):
         self.task = task
         self.phase = np.zeros(num_envs, dtype=np.int64)
         self.timer = np.zeros(num_envs, dtype=np.int64)
-        self.action_noise = action_noise
         self.hesitation = hesitation
         self.pause_left = np.zeros(num_envs, dtype=np.int64)
         self.last_gripper = np.full(num_envs, np.nan)  # NaN: no command yet this episode
         self.rng = np.random.default_rng(seed)
+        self.noise = ActionNoise(action_noise, noise_correlation, num_envs, self.rng)
 
     def reset(self, env_ids: np.ndarray) -> None:
         """Start envs `env_ids` from the first phase, unpaused (call when they begin a new episode)."""
@@ -57,6 +96,7 @@ class ArmExpert(abc.ABC):
         self.timer[env_ids] = 0
         self.pause_left[env_ids] = 0
         self.last_gripper[env_ids] = np.nan
+        self.noise.reset(env_ids)
 
     def act(self, state: TaskState) -> np.ndarray:
         """Actions [N, 5] for the current state: the plan, with pauses when `hesitation` > 0."""
@@ -81,9 +121,7 @@ class ArmExpert(abc.ABC):
         translation = np.clip((target - reference) / self.task.config.ee_step, -1.0, 1.0)
         turn = np.clip(wrap_angle(yaw - tcp_yaw(quat, np), np) / self.task.config.ee_rot_step, -1.0, 1.0)
         action = np.concatenate([translation, turn[:, None], gripper[:, None]], axis=1)
-        if self.action_noise > 0:
-            action = action + self.action_noise * self.rng.standard_normal(action.shape)
-        return np.clip(action, -1.0, 1.0)
+        return np.clip(self.noise(action), -1.0, 1.0)
 
     def _reached(self, state: TaskState, target: np.ndarray, tolerance: float) -> np.ndarray:
         return np.linalg.norm(target - self.task.tcp_pos(state), axis=1) < tolerance
@@ -113,8 +151,8 @@ class LiftExpert(ArmExpert):
 
     HOVER = 0.08
 
-    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0, hesitation: float = 0.0):
-        super().__init__(task, num_envs, action_noise, seed, hesitation)
+    def __init__(self, task: ArmTask, num_envs: int, *args, **kwargs):
+        super().__init__(task, num_envs, *args, **kwargs)
         self.hold = np.zeros((num_envs, 3))
 
     def _plan(self, state: TaskState) -> np.ndarray:
@@ -246,11 +284,20 @@ class InstructedExpert(ArmExpert):
     """`arm-instructed`: each env follows its instruction's family with that family's expert (`LiftExpert`,
     `PushExpert`, `PlaceExpert`, `TouchExpert`), on the instructed cube and towards the instruction's goal."""
 
-    def __init__(self, task: ArmTask, num_envs: int, action_noise: float = 0.0, seed: int = 0, hesitation: float = 0.0):
+    def __init__(
+        self,
+        task: ArmTask,
+        num_envs: int,
+        action_noise: float = 0.0,
+        seed: int = 0,
+        hesitation: float = 0.0,
+        noise_correlation: float = 0.0,
+    ):
         super().__init__(task, num_envs, action_noise, seed, hesitation)
         by_family = {"lift": LiftExpert, "push": PushExpert, "place": PlaceExpert, "touch": TouchExpert}
         self.family_experts = [
-            by_family[family](task, num_envs, action_noise, seed + 1 + k) for k, family in enumerate(FAMILIES)
+            by_family[family](task, num_envs, action_noise, seed + 1 + k, noise_correlation=noise_correlation)
+            for k, family in enumerate(FAMILIES)
         ]
         """One expert per family, in the order of the family ids (`instructions.FAMILIES`)."""
 
@@ -278,20 +325,19 @@ class PolicyExpert:
     """A trained policy as the demonstrator (distilling an RL expert, e.g. a PPO gait, into a generative
     policy): its deterministic `act` through a `ChunkedActor`, plus optional Gaussian `action_noise`."""
 
-    def __init__(self, policy: Policy, num_envs: int, action_noise: float = 0.0, seed: int = 0):
+    def __init__(
+        self, policy: Policy, num_envs: int, action_noise: float = 0.0, seed: int = 0, noise_correlation: float = 0.0
+    ):
         self.actor = ChunkedActor(policy, num_envs)
-        self.action_noise = action_noise
-        self.rng = np.random.default_rng(seed)
+        self.noise = ActionNoise(action_noise, noise_correlation, num_envs, np.random.default_rng(seed))
 
     def reset(self, env_ids: np.ndarray) -> None:
         """Envs `env_ids` start a new episode: fresh observation history and chunk."""
         done = torch.zeros(self.actor.num_envs, dtype=torch.bool)
         done[torch.as_tensor(env_ids, dtype=torch.long)] = True
         self.actor.episodes_ended(done)
+        self.noise.reset(env_ids)
 
     def act(self, obs: Obs) -> np.ndarray:
         """Actions [N, A] for observations obs[key] [N, ...]."""
-        action = self.actor(obs).numpy()
-        if self.action_noise > 0:
-            action = action + self.action_noise * self.rng.standard_normal(action.shape)
-        return np.clip(action, -1.0, 1.0)
+        return np.clip(self.noise(self.actor(obs).numpy()), -1.0, 1.0)

@@ -55,6 +55,10 @@ def test_only_successful_episodes_and_appending_with_fresh_seeds(tmp_path):
     assert [s["seed"] for s in data.info["policyforge"]["sessions"]] == [0, 2]
     with pytest.raises(ConfigError, match=r"^out: .*policyforge\.expert"):
         collect("arm-reach", 1, tmp_path / "ds", **(options | {"action_noise": 0.0}))
+    with pytest.raises(ConfigError, match=r"^out: .*policyforge\.expert"):
+        collect("arm-reach", 1, tmp_path / "ds", **(options | {"noise_correlation": 0.9}))
+    collect("arm-reach", 1, tmp_path / "wander", **(options | {"noise_correlation": 0.9, "only_successful": False}))
+    assert Demonstrations(tmp_path / "wander").info["policyforge"]["expert"]["noise_correlation"] == 0.9
 
 
 @pytest.mark.parametrize(
@@ -64,6 +68,8 @@ def test_only_successful_episodes_and_appending_with_fresh_seeds(tmp_path):
         ({"cameras": ["top"]}, "cameras"),
         ({"hesitation": 1.0}, "hesitation"),
         ({"hesitation": float("nan")}, "hesitation"),
+        ({"noise_correlation": 1.0}, "noise_correlation"),
+        ({"noise_correlation": float("nan")}, "noise_correlation"),
         ({"action_noise": float("nan")}, "action_noise"),
         ({"action_noise": float("inf")}, "action_noise"),
         ({"action_noise": -0.1}, "action_noise"),

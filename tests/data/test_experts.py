@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from policyforge.data.experts import CLOSED, EXPERTS, OPEN
+from policyforge.data.experts import CLOSED, EXPERTS, OPEN, ActionNoise
 from policyforge.sims import SimConfig, make_env
 from policyforge.sims.tasks.arm_tasks import ArmReach
 
@@ -45,6 +45,42 @@ def test_action_noise_degrades_the_expert():
     clean, _ = run_expert("arm-lift-cube", 32)
     noisy, _ = run_expert("arm-lift-cube", 32, action_noise=1.0)
     assert noisy < clean - 0.2
+
+
+def test_uncorrelated_noise_is_a_fresh_draw_each_step():
+    noise, rng = ActionNoise(0.5, 0.0, 3, np.random.default_rng(4)), np.random.default_rng(4)
+    for _ in range(5):
+        np.testing.assert_array_equal(noise(np.zeros((3, 5))), 0.5 * rng.standard_normal((3, 5)))
+
+
+def test_correlated_noise_keeps_its_spread_pushes_one_way_and_restarts_per_episode():
+    noise = ActionNoise(2.0, 0.9, 4000, np.random.default_rng(0))
+    draws = np.stack([noise(np.zeros((4000, 1)))[:, 0] for _ in range(30)])  # [T, N]
+    assert abs(draws.std() - 2.0) < 0.05
+    lag_one = np.mean(draws[1:] * draws[:-1]) / draws.var()
+    assert abs(lag_one - 0.9) < 0.02
+    noise.reset(np.arange(2000))
+    step = noise(np.zeros((4000, 1)))[:, 0]
+    restarted = np.mean(step[:2000] * draws[-1, :2000]) / draws.var()
+    carried = np.mean(step[2000:] * draws[-1, 2000:]) / draws.var()
+    assert abs(restarted) < 0.1 and abs(carried - 0.9) < 0.05
+
+
+def test_correlated_noise_takes_the_arm_away_from_the_task_where_jitter_of_the_same_spread_does_not():
+    """Measured (16 envs, std 2): the TCP's median distance from the instructed cube over an episode is 0.53 m with
+    correlation 0.95 (90th percentile 0.87), 0.15 m with independent noise (std 3; 0.07 m with 0.6 and no noise)."""
+
+    def distance(correlation: float) -> float:
+        env = make_env(SimConfig(task="arm-instructed", num_envs=16), seed=0)
+        expert = EXPERTS[type(env.task)](env.task, 16, action_noise=2.0, noise_correlation=correlation)
+        distances = []
+        for _ in range(env.episode_steps):
+            env.step(expert.act(env.state))
+            distances.append(np.linalg.norm(env.task.tcp_pos(env.state) - env.task.cube_pos(env.state), axis=1))
+        return float(np.median(distances))
+
+    jitter, wander = distance(0.0), distance(0.95)
+    assert wander > 0.4 and wander > 2 * jitter, (jitter, wander)
 
 
 def rollout(task: str, num_envs: int, **expert_options) -> tuple[np.ndarray, np.ndarray]:
