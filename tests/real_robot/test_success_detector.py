@@ -52,11 +52,16 @@ def test_the_detector_scores_the_twin_as_the_simulator_renders_it_at_its_period(
     joints = env.state.phys["qpos"][0, adapter.task.arm_qpos]
     expected = env.images([0])[0]
     detector = SuccessDetector(Recorder(), adapter, period_s=0.05)
+    started = time.monotonic()
     with detector.watching():
         detector.on_tick(0, RobotState(0.0, joints, np.zeros(7)), None)
         time.sleep(0.5)
+        while len(detector.model.frames) < 4 and time.monotonic() < started + 60:  # a busy machine scores slower
+            time.sleep(0.05)
+    elapsed = time.monotonic() - started
     shown = detector.model.frames
-    assert 4 <= len(shown) <= 12 and len(detector.scores) == len(shown)  # every 0.05 s, and once at the end
+    # every 0.05 s at most (no faster than its period), and once at the end
+    assert 4 <= len(shown) <= elapsed / 0.05 + 2 and len(detector.scores) == len(shown), (len(shown), elapsed)
     task_view, wrist_view = shown[-1][0, 0]  # the window's one frame
     assert torch.equal(task_view, expected[0]), "the twin at the measured joints is the simulator's frame"
     differ = (wrist_view != expected[1]).any(-1).float().mean()
