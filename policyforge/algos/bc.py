@@ -23,7 +23,7 @@ from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algo
 from policyforge.algos.scenes import SceneFrames
 from policyforge.config import ConfigError, check, check_in
 from policyforge.data.dataset import DatasetError, Demonstrations
-from policyforge.data.layout import ACTION, ENV_STATE, STATE
+from policyforge.data.layout import ACTION, ENV_STATE, OBS_KEY_COLUMNS
 from policyforge.policies.base import IMAGE_FEATURES_KEY, IMAGE_KEY, Obs, Policy
 from policyforge.sims.instruction_obs import INSTRUCTION_KEY
 from policyforge.sims.vec_env import VecEnv
@@ -113,7 +113,8 @@ class DemoWindows:
         this key (`Policy.bc_privileged_key`); DatasetError when the dataset has none."""
         bounds = demos.episode_bounds[: max_episodes or None]
         self.obs_key, self.n_obs_steps, self.horizon = obs_key, n_obs_steps, horizon
-        self.states = torch.as_tensor(demos.column(STATE), dtype=torch.float32)
+        self.states = torch.as_tensor(demos.column(obs_column(demos, obs_key)), dtype=torch.float32)
+        """Every frame's observation under `obs_key` [N, D] (the privileged state's column for `critic`)."""
         self.actions = torch.as_tensor(demos.column(ACTION), dtype=torch.float32)
         self.images: torch.Tensor | None = None
         """Every frame's camera images [N, V, Hi, Wi, 3] uint8, or (`use_image_features`) their features."""
@@ -158,6 +159,23 @@ class DemoWindows:
         if self.env_states is not None:  # the current frame's: training-time supervision, not a history
             obs[self.privileged_key] = self.env_states[frame[:, 0]]
         return obs, self.actions[action_index]
+
+
+def obs_column(demos: Demonstrations, obs_key: str) -> str:
+    """The dataset column that holds the env's observation `obs_key`; DatasetError naming the fix otherwise."""
+    if obs_key not in OBS_KEY_COLUMNS:
+        raise DatasetError(
+            f"demonstrations hold the observations {sorted(OBS_KEY_COLUMNS)}, not {obs_key!r}: set policy.obs_key "
+            "to one of them"
+        )
+    column = OBS_KEY_COLUMNS[obs_key]
+    if column not in demos.info["features"]:
+        raise DatasetError(
+            f"{demos.root} has no {column} (the env's {obs_key!r} observation): record the demonstrations with "
+            "this version's `policyforge collect`, which writes the critic observation there, or set "
+            "policy.obs_key=policy"
+        )
+    return column
 
 
 def privileged_states(demos: Demonstrations) -> np.ndarray:
@@ -270,7 +288,13 @@ class BC(Algorithm):
 
 
 def load_demonstrations(
-    config: Any, task: str, env: VecEnv, cameras: list[str], field: str = "dataset", index: int | None = None
+    config: Any,
+    task: str,
+    env: VecEnv,
+    cameras: list[str],
+    field: str = "dataset",
+    index: int | None = None,
+    obs_key: str = "policy",
 ) -> Demonstrations:
     """The dataset `config.<field>` names (`[index]` of a list; an `algo` section with it and `max_episodes`),
     checked against the task and env it will be evaluated in; ConfigError on `algo.<field>` naming what is wrong
@@ -291,13 +315,14 @@ def load_demonstrations(
         recorded = demos.info.get("policyforge", {}).get("task")
         check(recorded in (None, task), name, f"{path} holds demonstrations of {recorded!r}, not sim.task={task!r}")
         check(demos.num_episodes > 0, name, f"{path} holds no episodes: record some with {record}")
-        state_dim, action_dim = demos.column(STATE).shape[1], demos.column(ACTION).shape[1]
+        state_dim, action_dim = demos.column(obs_column(demos, obs_key)).shape[1], demos.column(ACTION).shape[1]
     except DatasetError as err:
         raise ConfigError(name, str(err)) from None
+    env_dim = env.obs_shapes[obs_key][0]
     check(
-        (state_dim, action_dim) == (env.obs_shapes["policy"][0], env.action_dim),
+        (state_dim, action_dim) == (env_dim, env.action_dim),
         name,
-        f"{path} has states of {state_dim} and actions of {action_dim} values, the env {env.obs_shapes['policy'][0]} "
+        f"{path} has {obs_key} observations of {state_dim} and actions of {action_dim} values, the env {env_dim} "
         f"and {env.action_dim} (different task_options?)",
     )
     missing = sorted(set(cameras) - set(demos.cameras))
@@ -341,7 +366,12 @@ def construct_bc(config: RunConfig, env: VecEnv, policy: Policy) -> BC:
         "policy.privileged_aux_weight (class vla) or algo.scene_frames=0",
     )
     cameras = config.sim.image.cameras
-    demos = load_demonstrations(config.algo, config.sim.task, env, cameras)
+    check(
+        policy.obs_key in env.obs_shapes,
+        "policy.obs_key",
+        f"the env has the observations {sorted(env.obs_shapes)}, not {policy.obs_key!r}",
+    )
+    demos = load_demonstrations(config.algo, config.sim.task, env, cameras, obs_key=policy.obs_key)
     windows = demo_windows(policy, demos, config.algo, cameras)
     scenes = None
     if config.algo.scene_frames:

@@ -41,6 +41,9 @@ STATE, ACTION = "observation.state", "action"
 ENV_STATE = "observation.environment_state"
 """LeRobot's key for privileged simulator state (object poses, ...): training-time supervision, never a policy input
 on a robot. policyforge writes the task's critic observation there."""
+OBS_KEY_COLUMNS = {"policy": STATE, "critic": ENV_STATE}
+"""The column holding each env observation key: `collect` writes the policy observation as the state and the
+critic's (privileged) observation as the environment state."""
 INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 VIDEO_CRF = 0
 """x264 constant rate factor: 0 is lossless in YUV 4:4:4, so decoded RGB frames differ by ≤ 2 (colour conversion)."""

@@ -18,7 +18,6 @@ from diffusers import DDIMScheduler, DDPMScheduler
 from policyforge.config import check_in
 from policyforge.policies.base import EnvSpec, Obs, PolicyConfig, Sample, register_policy
 from policyforge.policies.chunked import (
-    IMAGE_KEY,
     MIN_STD,
     ChunkConfig,
     ChunkedPolicy,
@@ -76,8 +75,19 @@ class DiffusionConfig(PolicyConfig):
         check_in(self.noise_clip, "noise_clip", "(0, inf)")
         check_in(self.x0_clip, "x0_clip", "(0, inf)", "actions live in [-1, 1]")
 
+    @property
+    def reads_images(self) -> bool:  # type: ignore[override]  # off: the cameras are a reward model's alone
+        return self.encoder.images
+
     def build(self, env: EnvSpec) -> DiffusionPolicy:
-        return DiffusionPolicy(env.state_dim, env.action_dim, self, image_shape=env.obs_shapes.get(IMAGE_KEY))
+        key = self.encoder.obs_key
+        return DiffusionPolicy(
+            env.obs_shapes[key][0],
+            env.action_dim,
+            self,
+            obs_key=key,
+            image_shape=self.encoder.image_shape(env.obs_shapes),
+        )
 
     def check_for_rl(self) -> None:
         why = "RL rescores log-probabilities of steps with exactly this std: DDIM's last (every one at eta 0)"

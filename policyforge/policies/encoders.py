@@ -11,12 +11,15 @@ with DrQ-style random-shift augmentation while training.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Literal
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from policyforge.config import ConfigError, check, check_in
+from policyforge.policies.base import IMAGE_KEY
 from policyforge.policies.networks import MAX_WIDTH, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
@@ -30,6 +33,13 @@ MAX_SHIFT = 64
 class EncoderConfig:
     """How observations become the condition of the denoiser."""
 
+    obs_key: Literal["policy", "critic"] = "policy"
+    """The state observation it reads: `policy` (what a robot sees) or `critic` (the privileged state: object poses
+    and the instruction's ids; BC reads it from the dataset's observation.environment_state): an expert for
+    simulation, or a teacher that a deployable student learns from (`algo: distill`)."""
+    images: bool = True
+    """Read the env's camera images when it renders them; false: the state alone, the cameras being rendered for
+    something else (a reward model: sim.reward_model)."""
     normalize_state: bool = True
     """Normalise the state with running statistics (fitted on the demonstrations for BC)."""
     state_features: int = 0
@@ -44,6 +54,10 @@ class EncoderConfig:
     views: list[int] = dataclasses.field(default_factory=list)
     """Which of the env's cameras (indices into sim.image.cameras) the policy sees; empty: all of them. E.g. [1] for
     a student that sees only the wrist camera of a teacher's [task, wrist]."""
+
+    def image_shape(self, obs_shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...] | None:
+        """The image observation's shape [V, H, W, 3] the encoder reads: None without images or with `images` off."""
+        return tuple(obs_shapes[IMAGE_KEY]) if self.images and IMAGE_KEY in obs_shapes else None
 
     def __post_init__(self) -> None:
         check_in(self.state_features, "state_features", f"[0, {MAX_WIDTH}]", "0: the flattened state")

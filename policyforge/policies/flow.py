@@ -32,7 +32,6 @@ from torch import nn
 from policyforge.config import check, check_bounds, check_in, check_sizes
 from policyforge.policies.base import Chain, EnvSpec, Obs, PolicyConfig, Sample, register_policy
 from policyforge.policies.chunked import (
-    IMAGE_KEY,
     MIN_STD,
     ChunkConfig,
     ChunkedPolicy,
@@ -111,8 +110,19 @@ class FlowConfig(FlowChainConfig):
     denoiser: DenoiserConfig = dataclasses.field(default_factory=DenoiserConfig)
     """Velocity network."""
 
+    @property
+    def reads_images(self) -> bool:  # type: ignore[override]  # off: the cameras are a reward model's alone
+        return self.encoder.images
+
     def build(self, env: EnvSpec) -> FlowPolicy:
-        return FlowPolicy(env.state_dim, env.action_dim, self, image_shape=env.obs_shapes.get(IMAGE_KEY))
+        key = self.encoder.obs_key
+        return FlowPolicy(
+            env.obs_shapes[key][0],
+            env.action_dim,
+            self,
+            obs_key=key,
+            image_shape=self.encoder.image_shape(env.obs_shapes),
+        )
 
 
 class NoiseNetwork(nn.Module):

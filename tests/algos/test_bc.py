@@ -3,6 +3,7 @@ datasets that don't fit, and its policies export."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from rich.console import Console
@@ -12,6 +13,8 @@ from policyforge.algos.logger import read_metrics
 from policyforge.algos.runner import RunConfig, Runner
 from policyforge.config import ConfigError, from_dict
 from policyforge.data.collect import collect
+from policyforge.data.dataset import Demonstrations, DemoWriter
+from policyforge.data.layout import ACTION, STATE
 from policyforge.policies.export import export, max_export_error
 
 CHUNK = {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}
@@ -114,3 +117,43 @@ def test_bc_policy_exports_with_its_sampler(tmp_path, reach_demos):
     obs = {"policy": torch.as_tensor(bc.Demonstrations(reach_demos).column(bc.STATE)[:64]).view(32, 2, -1)}
     assert max_export_error(policy, path, obs) <= 1e-5
     runner.close()
+
+
+@pytest.fixture(scope="module")
+def touch_demos(tmp_path_factory):
+    """Scripted touches of arm-instructed, with the critic observation (cube poses, instruction ids) recorded."""
+    out = tmp_path_factory.mktemp("demos") / "touch"
+    options = {"families": ["touch"], "episode_seconds": 2.4}
+    collect("arm-instructed", 48, out, num_envs=16, seed=0, action_noise=0.1, progress=False, task_options=options)
+    return out
+
+
+def touch_config(tmp_path, dataset, obs_key: str, **overrides) -> RunConfig:
+    sim = {"task": "arm-instructed", "num_envs": 1, "task_options": {"families": ["touch"], "episode_seconds": 2.4}}
+    policy = {"class": "flow", "chunk": CHUNK, "steps": 4, "denoiser": {"hidden": [128, 128]}}
+    policy["encoder"] = {"obs_key": obs_key}
+    return bc_config(tmp_path, dataset, sim=sim, policy=policy, **overrides)
+
+
+def test_bc_on_the_privileged_state_reads_the_datasets_environment_state(tmp_path, touch_demos):
+    """A policy with encoder.obs_key critic learns from observation.environment_state, so it knows which cube the
+    instruction names (proprioception alone does not say) and touches it; the one on proprioception does not."""
+    results = {}
+    for obs_key in ("critic", "policy"):
+        runner = Runner.start(touch_config(tmp_path, touch_demos, obs_key, name=obs_key), Console(quiet=True))
+        assert runner.algo.windows.states.shape[1] == runner.env.obs_shapes[obs_key][0]
+        results[obs_key] = runner.train()["eval/success"]
+        runner.close()
+    assert results["critic"] >= 0.6
+    assert results["policy"] <= results["critic"] - 0.3
+
+
+def test_bc_on_the_privileged_state_refuses_a_dataset_without_it(tmp_path, touch_demos):
+    with pytest.raises(ConfigError, match=r"policy.encoder.obs_key: got .image.; allowed: .policy., .critic."):
+        touch_config(tmp_path, touch_demos, "image")
+    demos = Demonstrations(touch_demos)
+    states, actions = demos.column(STATE)[:20], demos.column(ACTION)[:20]
+    bare = DemoWriter(tmp_path / "bare", 25, states.shape[1], actions.shape[1], task_name="arm-instructed")
+    bare.add_episode(states, actions, np.zeros(20), np.zeros(20, bool), np.zeros(20, bool), instruction="touch it")
+    with pytest.raises(ConfigError, match=r"algo.dataset: .*no observation.environment_state.*obs_key=policy"):
+        Runner.start(touch_config(tmp_path, bare.root, "critic"), Console(quiet=True))
