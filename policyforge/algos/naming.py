@@ -34,18 +34,24 @@ def method_name(config: Any) -> str:
         return "reward model"
     if algo == "distill":
         return f"{DISTILL_MODES[config.algo.mode]} ({policy_name(policy)} student)"
+    if algo == "ppo" and config.sim.reward_model.path:
+        return ppo_method(tag, policy) + " on a learned reward"
     if algo == "ppo":
-        if config.sim.reward_model.path:
-            return "PPO on a learned reward"
-        if tag in PPO_ON:
-            return PPO_ON[tag]
-        if tag in ("flow", "vla") and policy.get("chain_noise") in FLOW_CHAIN_NOISE:  # a VLA is a flow policy
-            return FLOW_CHAIN_NOISE[policy["chain_noise"]] + (" (VLA)" if tag == "vla" else "")
-        if tag == "residual":
-            return f"residual PPO ({policy_name(policy['base'])} base)"
+        return ppo_method(tag, policy)
     if algo == "sac" and tag == "gaussian":
         return "SAC"
     return f"{algo.upper()} ({policy_name(policy)})"
+
+
+def ppo_method(tag: str, policy: dict[str, Any]) -> str:
+    """The name of PPO on a policy of class `tag` (`policy`: its section): "PPO", "DPPO", "ReinFlow", ..."""
+    if tag in PPO_ON:
+        return PPO_ON[tag]
+    if tag in ("flow", "vla") and policy.get("chain_noise") in FLOW_CHAIN_NOISE:  # a VLA is a flow policy
+        return FLOW_CHAIN_NOISE[policy["chain_noise"]] + (" (VLA)" if tag == "vla" else "")
+    if tag == "residual":
+        return f"residual PPO ({policy_name(policy['base'])} base)"
+    return f"PPO ({policy_name(policy)})"
 
 
 def run_title(config: Any) -> str:

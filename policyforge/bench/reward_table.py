@@ -4,7 +4,8 @@ what RL reaches with its reward alone, and what scoring costs the simulator.
     policyforge bench reward-table --model runs/reward-model \\
         --held-out data/rm-heldout-combination data/rm-heldout-paraphrase [--train-data data/rm-train] \\
         [--ensemble runs/reward-model-1 runs/reward-model-2 [--uncertainty-penalty 1]] \\
-        [--rl-seeds 0 1 2] [--rl-steps 204800] [--throughput-envs 64] [--out bench/results/reward]
+        [--rl-seeds 0 1 2 [--rl-recipe touch-ppo-learned-reward] [--rl-steps N]] [--throughput-envs 64] \
+        [--out bench/results/reward]
 
 With `--ensemble`, the model judged (and rewarding RL) is the ensemble of --model and those runs
 (`rewards/ensemble.py`: each score the models' mean minus the penalty × their spread).
@@ -13,9 +14,11 @@ With `--ensemble`, the model judged (and rewarding RL) is the ensemble of --mode
    last frames, success ROC-AUC over frames, value-order correlation (Spearman, Kendall) of successful episodes,
    counterfactual accuracy (the same last frames under an instruction naming another task; "hard": another object
    or target of the same family).
-2. RL with the learned reward only: PPO from scratch (configs/touch-ppo-learned-reward.yaml) with the model's reward
-   and, side by side with the same seed and env steps, with the task's own dense reward; both evaluated by the
-   simulator's success. Runs are kept in OUT/results and reused at the same sizes.
+2. RL with the learned reward only: a learned-reward recipe (--rl-recipe: PPO from scratch on touch,
+   configs/touch-ppo-learned-reward.yaml, or DPPO fine-tuning of a BC diffusion policy on lift,
+   configs/lift-dppo-learned-reward.yaml) with the model's reward and, side by side with the same seed and env
+   steps, with the task's own reward; both evaluated by the simulator's success. Runs are kept in OUT/results and
+   reused at the same sizes.
 3. Throughput at N envs rendering the model's camera every step: env steps/s without a reward model, with it
    scoring synchronously and asynchronously (k = 1), medians of interleaved rounds.
 
@@ -97,18 +100,18 @@ def accuracy(model: LearnedReward | RewardEnsemble, dataset: Path) -> dict[str, 
 
 
 def rl_run(args: argparse.Namespace, reward: str, seed: int) -> dict[str, Any]:
-    """One PPO run of the learned-reward recipe with `reward` "learned" or "gt" (the task's dense reward)."""
+    """One run of the learned-reward recipe with `reward` "learned" or "gt" (the task's own reward)."""
     overrides = [f"seed={seed}", f"runner.total_env_steps={args.rl_steps}", "runner.video=none"]
     overrides += [
         f"out_dir={args.out / 'runs'}",
-        f"name=touch-{reward}-s{seed}",
+        f"name={args.rl_recipe}-{reward}-s{seed}",
         f"runner.eval_every_steps={args.rl_eval_every}",
     ]
     if reward == "gt":
         overrides += ['sim.reward_model.path=""', "sim.image.cameras=[]"]
     else:
         overrides += reward_model_overrides(args)
-    config = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), overrides)
+    config = config_io.load(RunConfig, find_recipe(args.rl_recipe), overrides)
     runner = Runner.start(config, Console(quiet=True))
     started = time.perf_counter()
     summary = runner.train()
@@ -195,8 +198,9 @@ def main() -> None:
     parser.add_argument("--uncertainty-penalty", type=float, default=1.0, help="ensemble: stds off the mean")
     parser.add_argument("--train-data", type=Path, help="the training rollouts too (how well the model fits them)")
     parser.add_argument("--rl-seeds", type=int, nargs="*", default=[], help="seeds of the RL comparison (none: off)")
-    parser.add_argument("--rl-steps", type=int, default=204_800)
-    parser.add_argument("--rl-eval-every", type=int, default=25_600)
+    parser.add_argument("--rl-recipe", default="touch-ppo-learned-reward", help="a learned-reward config of configs/")
+    parser.add_argument("--rl-steps", type=int, help="env steps per run (default: the recipe's)")
+    parser.add_argument("--rl-eval-every", type=int, help="env steps between evaluations (default: the recipe's)")
     parser.add_argument("--throughput-envs", type=int, default=64, help="0: no throughput measurement")
     parser.add_argument("--out", type=Path, default=Path("bench/results/reward"))
     args = parser.parse_args()
@@ -208,8 +212,10 @@ def main() -> None:
     summary: dict[str, Any] = {"learned": {k: v for k, v in rows[args.held_out[0].name]["all"].items()}}
     summary["held_out"] = {name: families["all"] for name, families in rows.items()}
     if args.rl_seeds:
+        recipe = config_io.load(RunConfig, find_recipe(args.rl_recipe), [])
+        args.rl_steps = args.rl_steps or recipe.runner.total_env_steps
+        args.rl_eval_every = args.rl_eval_every or recipe.runner.eval_every_steps
         sizes = {"steps": args.rl_steps, "eval_every": args.rl_eval_every}
-        recipe = config_io.load(RunConfig, find_recipe("touch-ppo-learned-reward"), [])
         # the ground-truth runs depend on neither the model nor the recipe's reward signal
         judged: dict[str, Any] = {"model": str(args.model.resolve()), "signal": recipe.sim.reward_model.signal}
         if args.ensemble:
@@ -217,15 +223,15 @@ def main() -> None:
             judged["uncertainty_penalty"] = args.uncertainty_penalty
         runs = {
             (reward, seed): kept_result(
-                args.out / "results" / f"touch-{reward}-s{seed}.json",
+                args.out / "results" / f"{args.rl_recipe}-{reward}-s{seed}.json",
                 sizes if reward == "gt" else {**sizes, **judged},
                 lambda r=reward, s=seed: rl_run(args, r, s),
             )
             for seed in args.rl_seeds
             for reward in ("gt", "learned")
         }
-        table = Table(title=f"PPO from scratch on touch, {args.rl_steps:,} env steps: ground-truth success")
-        for column in ("seed", "task's dense reward", "learned reward", "learned / task's"):
+        table = Table(title=f"{args.rl_recipe}, {args.rl_steps:,} env steps: ground-truth success")
+        for column in ("seed", "task's reward", "learned reward", "learned / task's"):
             table.add_column(column)
         for seed in args.rl_seeds:
             gt, learned = runs["gt", seed]["success"], runs["learned", seed]["success"]
@@ -236,7 +242,7 @@ def main() -> None:
             "mean", f"{gt_mean:.0%}", f"{learned_mean:.0%}", f"{learned_mean / gt_mean:.2f}" if gt_mean else "-"
         )
         console.print(table)
-        summary.update({"rl_gt_success": gt_mean, "rl_learned_success": learned_mean})
+        summary.update({"rl_recipe": args.rl_recipe, "rl_gt_success": gt_mean, "rl_learned_success": learned_mean})
         summary["rl_learned_over_gt"] = learned_mean / gt_mean if gt_mean else None
     if args.throughput_envs:
         rates = throughput(args)

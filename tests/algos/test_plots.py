@@ -31,7 +31,8 @@ EXPECTED = {  # the end of a recipe's file name → its method's name
     "ppo": "PPO",
     "sac": "SAC",
     "reward-model": "reward model",
-    "learned-reward": "PPO on a learned reward",
+    "ppo-learned-reward": "PPO on a learned reward",
+    "dppo-learned-reward": "DPPO on a learned reward",
 }
 
 

@@ -226,3 +226,25 @@ def test_per_step_residual_corrects_every_action_of_its_bases_chunks(tmp_path):
     deployed = ExportedPolicy(path)
     for obs, action in zip(observations, actions, strict=True):  # env 1 runs without a restart
         np.testing.assert_allclose(deployed(obs[1].numpy()), action[1].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("config_class", [DiffusionConfig, FlowConfig])
+def test_a_chunked_policy_reads_the_observation_its_encoder_names_and_images_only_if_told(config_class):
+    from policyforge.algos.run_config import RunConfig
+    from policyforge.config import load
+    from policyforge.policies.base import EnvSpec
+    from policyforge.policies.encoders import EncoderConfig
+
+    spec = EnvSpec({"policy": (7,), "critic": (11,), "image": (2, 16, 16, 3)}, 3)
+    seeing = config_class(encoder=EncoderConfig(obs_key="critic")).build(spec)
+    assert seeing.obs_keys == ("critic", "image") and seeing.state_dim == 11
+    blind = config_class(encoder=EncoderConfig(obs_key="critic", images=False))
+    assert not blind.reads_images
+    policy = blind.build(spec)
+    assert policy.obs_keys == ("critic",) and policy.image_shape is None
+    action = policy.act({"critic": torch.randn(4, policy.n_obs_steps, 11)})
+    assert action.shape == (4, policy.chunk_len, 3)
+    recipe = "configs/lift-dppo-learned-reward.yaml"  # cameras rendered on request for the reward model alone
+    assert not load(RunConfig, recipe).policy.reads_images
+    with pytest.raises(ConfigError, match=r"sim.image.render: the diffusion policy reads the images every step"):
+        load(RunConfig, recipe, ["policy.encoder.images=true"])
