@@ -114,7 +114,7 @@ def test_bc_policy_exports_with_its_sampler(tmp_path, reach_demos):
     runner.train()
     policy = runner.algo.policy
     path = export(policy, tmp_path / "policy.onnx", "onnx")
-    obs = {"policy": torch.as_tensor(bc.Demonstrations(reach_demos).column(bc.STATE)[:64]).view(32, 2, -1)}
+    obs = {"policy": torch.as_tensor(Demonstrations(reach_demos).column(STATE)[:64]).view(32, 2, -1)}
     assert max_export_error(policy, path, obs) <= 1e-5
     runner.close()
 
