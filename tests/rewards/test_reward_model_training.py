@@ -102,7 +102,8 @@ def test_a_killed_reward_model_run_resumes_to_the_same_weights(tmp_path, rollout
     assert killed.poll() is None, "the run ended before it could be killed"
     killed.send_signal(signal.SIGKILL)
     killed.wait()
-    assert checkpoint.read(tmp_path / "killed" / "checkpoints" / "latest.pt")["env_steps"] < 500
+    # killed between step_200.pt and latest.pt (a busy machine widens that window), resume takes step_200.pt
+    assert checkpoint.newest(tmp_path / "killed" / "checkpoints")[1]["env_steps"] < 500
     resumed = subprocess.run([*TRAIN, "--resume", str(tmp_path / "killed")], capture_output=True, text=True,
                              timeout=600)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]
