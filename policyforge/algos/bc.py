@@ -165,15 +165,15 @@ def obs_column(demos: Demonstrations, obs_key: str) -> str:
     """The dataset column that holds the env's observation `obs_key`; DatasetError naming the fix otherwise."""
     if obs_key not in OBS_KEY_COLUMNS:
         raise DatasetError(
-            f"demonstrations hold the observations {sorted(OBS_KEY_COLUMNS)}, not {obs_key!r}: set policy.obs_key "
-            "to one of them"
+            f"demonstrations hold the observations {sorted(OBS_KEY_COLUMNS)}, not {obs_key!r}: set the policy's "
+            "obs_key (policy.encoder.obs_key) to one of them"
         )
     column = OBS_KEY_COLUMNS[obs_key]
     if column not in demos.info["features"]:
         raise DatasetError(
             f"{demos.root} has no {column} (the env's {obs_key!r} observation): record the demonstrations with "
             "this version's `policyforge collect`, which writes the critic observation there, or set "
-            "policy.obs_key=policy"
+            "policy.encoder.obs_key=policy"
         )
     return column
 
@@ -366,11 +366,6 @@ def construct_bc(config: RunConfig, env: VecEnv, policy: Policy) -> BC:
         "policy.privileged_aux_weight (class vla) or algo.scene_frames=0",
     )
     cameras = config.sim.image.cameras
-    check(
-        policy.obs_key in env.obs_shapes,
-        "policy.obs_key",
-        f"the env has the observations {sorted(env.obs_shapes)}, not {policy.obs_key!r}",
-    )
     demos = load_demonstrations(config.algo, config.sim.task, env, cameras, obs_key=policy.obs_key)
     windows = demo_windows(policy, demos, config.algo, cameras)
     scenes = None

@@ -26,7 +26,7 @@ from policyforge.policies.chunked import (
     gaussian_log_prob,
 )
 from policyforge.policies.denoisers import DenoiserConfig
-from policyforge.policies.encoders import EncoderConfig
+from policyforge.policies.encoders import EncodedPolicyConfig, EncoderConfig
 
 MAX_TIMESTEPS = 10_000
 """Most DDPM training steps (DDPM uses 1000, Diffusion Policy 100); the schedule is tabulated per step."""
@@ -40,7 +40,7 @@ def _at_least(value: Coefficient, floor: float) -> Coefficient:
 
 @register_policy("diffusion")
 @dataclasses.dataclass
-class DiffusionConfig(PolicyConfig):
+class DiffusionConfig(EncodedPolicyConfig, PolicyConfig):
     """A diffusion policy."""
 
     steps_field = "inference_steps"
@@ -75,19 +75,8 @@ class DiffusionConfig(PolicyConfig):
         check_in(self.noise_clip, "noise_clip", "(0, inf)")
         check_in(self.x0_clip, "x0_clip", "(0, inf)", "actions live in [-1, 1]")
 
-    @property
-    def reads_images(self) -> bool:  # type: ignore[override]  # off: the cameras are a reward model's alone
-        return self.encoder.images
-
     def build(self, env: EnvSpec) -> DiffusionPolicy:
-        key = self.encoder.obs_key
-        return DiffusionPolicy(
-            env.obs_shapes[key][0],
-            env.action_dim,
-            self,
-            obs_key=key,
-            image_shape=self.encoder.image_shape(env.obs_shapes),
-        )
+        return DiffusionPolicy(action_dim=env.action_dim, config=self, **self.encoder_inputs(env))
 
     def check_for_rl(self) -> None:
         why = "RL rescores log-probabilities of steps with exactly this std: DDIM's last (every one at eta 0)"

@@ -11,15 +11,14 @@ with DrQ-style random-shift augmentation while training.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from policyforge.config import ConfigError, check, check_in
-from policyforge.policies.base import IMAGE_KEY
+from policyforge.policies.base import IMAGE_KEY, EnvSpec
 from policyforge.policies.networks import MAX_WIDTH, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
@@ -55,10 +54,6 @@ class EncoderConfig:
     """Which of the env's cameras (indices into sim.image.cameras) the policy sees; empty: all of them. E.g. [1] for
     a student that sees only the wrist camera of a teacher's [task, wrist]."""
 
-    def image_shape(self, obs_shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...] | None:
-        """The image observation's shape [V, H, W, 3] the encoder reads: None without images or with `images` off."""
-        return tuple(obs_shapes[IMAGE_KEY]) if self.images and IMAGE_KEY in obs_shapes else None
-
     def __post_init__(self) -> None:
         check_in(self.state_features, "state_features", f"[0, {MAX_WIDTH}]", "0: the flattened state")
         check_in(self.image_features, "image_features", f"[1, {MAX_WIDTH}]")
@@ -67,6 +62,22 @@ class EncoderConfig:
         check_in(self.random_shift, "random_shift", f"[0, {MAX_SHIFT}]", unit=" px")
         check(len(set(self.views)) == len(self.views), "views", f"must be distinct camera indices, got {self.views}")
         check(all(view >= 0 for view in self.views), "views", f"camera indices count from 0, got {self.views}")
+
+
+class EncodedPolicyConfig:
+    """Mixin of the policy configs with an `encoder: EncoderConfig` (diffusion, flow): which of the env's
+    observations their policy reads."""
+
+    @property
+    def reads_images(self) -> bool:  # off: cameras rendered for something else (a reward model) alone
+        return self.encoder.images
+
+    def encoder_inputs(self, env: EnvSpec) -> dict[str, Any]:
+        """The policy's `state_dim`, `obs_key` and `image_shape` ([V, H, W, 3], or None) in `env`."""
+        key, shapes = self.encoder.obs_key, env.obs_shapes
+        check(key in shapes, "policy.encoder.obs_key", f"the env has the observations {sorted(shapes)}, not {key!r}")
+        image_shape = tuple(shapes[IMAGE_KEY]) if self.encoder.images and IMAGE_KEY in shapes else None
+        return {"state_dim": shapes[key][0], "obs_key": key, "image_shape": image_shape}
 
 
 class _ResidualConv(nn.Module):

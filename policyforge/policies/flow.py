@@ -40,7 +40,7 @@ from policyforge.policies.chunked import (
     gaussian_log_prob,
 )
 from policyforge.policies.denoisers import DenoiserConfig, SinusoidalEmbedding
-from policyforge.policies.encoders import EncoderConfig
+from policyforge.policies.encoders import EncodedPolicyConfig, EncoderConfig
 from policyforge.policies.networks import MAX_WIDTH, mlp
 
 FlowVariant = Literal["rectified", "shortcut", "meanflow"]
@@ -102,7 +102,7 @@ class FlowChainConfig(PolicyConfig):
 
 @register_policy("flow")
 @dataclasses.dataclass
-class FlowConfig(FlowChainConfig):
+class FlowConfig(EncodedPolicyConfig, FlowChainConfig):
     """A flow-matching policy."""
 
     encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
@@ -110,19 +110,8 @@ class FlowConfig(FlowChainConfig):
     denoiser: DenoiserConfig = dataclasses.field(default_factory=DenoiserConfig)
     """Velocity network."""
 
-    @property
-    def reads_images(self) -> bool:  # type: ignore[override]  # off: the cameras are a reward model's alone
-        return self.encoder.images
-
     def build(self, env: EnvSpec) -> FlowPolicy:
-        key = self.encoder.obs_key
-        return FlowPolicy(
-            env.obs_shapes[key][0],
-            env.action_dim,
-            self,
-            obs_key=key,
-            image_shape=self.encoder.image_shape(env.obs_shapes),
-        )
+        return FlowPolicy(action_dim=env.action_dim, config=self, **self.encoder_inputs(env))
 
 
 class NoiseNetwork(nn.Module):

@@ -244,6 +244,8 @@ def test_a_chunked_policy_reads_the_observation_its_encoder_names_and_images_onl
     assert policy.obs_keys == ("critic",) and policy.image_shape is None
     action = policy.act({"critic": torch.randn(4, policy.n_obs_steps, 11)})
     assert action.shape == (4, policy.chunk_len, 3)
+    with pytest.raises(ConfigError, match=r"policy.encoder.obs_key: the env has the observations \['policy'\]"):
+        blind.build(EnvSpec({"policy": (7,)}, 3))
     recipe = "configs/lift-dppo-learned-reward.yaml"  # cameras rendered on request for the reward model alone
     assert not load(RunConfig, recipe).policy.reads_images
     with pytest.raises(ConfigError, match=r"sim.image.render: the diffusion policy reads the images every step"):
