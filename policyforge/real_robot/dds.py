@@ -6,9 +6,11 @@ it is configured to use (eclipse-cyclonedds/cyclonedds#1923, #2090): configured 
 packets sent to the Ethernet address from anywhere on the LAN, so any host could discover the participant and
 publish `rt/lowcmd` to it. There is no configuration option for it, so once the domain exists its wildcard
 receive sockets are bound to the interface with SO_BINDTODEVICE (the kernel then delivers them only packets
-that arrived on that interface). On the loopback, multicast is switched off as well (`lo` has no multicast
-flag; Cyclone would otherwise open the multicast discovery ports on the wildcard address too) and discovery
-goes by unicast to localhost. On a robot's Ethernet port multicast stays on: the robot discovers by multicast.
+that arrived on that interface; the multicast discovery port is one of them). On the loopback, participants
+announce themselves both by multicast (SPDP only: Unitree's SDK, its examples and its unitree_mujoco bridge
+configure "lo" with Cyclone's defaults, a random unicast port, and are found only that way) and by unicast to
+localhost's well-known ports; data goes by unicast. On a robot's Ethernet port multicast stays on for everything:
+the robot discovers by multicast.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def domain_config(domain_id: int, interface: str) -> str:
     loopback = interface == "lo"
     peers = '<Peers><Peer address="localhost"/></Peers>' if loopback else ""
     return _CONFIG.format(
-        domain=domain_id, interface=interface, multicast="false" if loopback else "default", peers=peers
+        domain=domain_id, interface=interface, multicast="spdp" if loopback else "default", peers=peers
     )
 
 

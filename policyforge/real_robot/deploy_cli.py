@@ -17,6 +17,8 @@ ESTOP_EXIT = 3
 NOT_REACHED_EXIT = 4
 """Exit status of a `deploy --expect-reach` whose arm did not end within its task's success distance of the goal
 (an e-stop's 3 takes precedence: it is the cause)."""
+NO_CONNECTION_EXIT = 5
+"""Exit status of a `deploy` whose robot connection failed (the driver's message says why)."""
 
 DEPLOY_FLAGS = {
     "source": "source",
@@ -36,6 +38,7 @@ DEPLOY_FLAGS = {
     "interface": "--interface",
     "domain_id": "--domain-id",
     "motion_mode_released": "--motion-mode-released",
+    "simulator_bridge": "--simulator-bridge",
     "cpus": "--cpus",
     "expect_reach": "--expect-reach",
 }
@@ -94,6 +97,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--motion-mode-released", action="store_true", help="hardware Go2: its sport mode has been released"
     )
     deploying.add_argument(
+        "--simulator-bridge",
+        action="store_true",
+        help="Go2: states from a simulator bridge without CRC or tick (Unitree's unitree_mujoco), on this computer",
+    )
+    deploying.add_argument(
         "--realtime", action="store_true", help="control loop under SCHED_FIFO, memory locked, GC frozen (root)"
     )
     deploying.add_argument("--cpus", default=None, help="CPUs to keep the control loop on, e.g. 1 or 2,3")
@@ -138,6 +146,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             domain_id=args.domain_id,
             record=Path(args.record) if args.record else None,
             motion_mode_released=args.motion_mode_released,
+            simulator_bridge=args.simulator_bridge,
             realtime=args.realtime,
             cpus=_cpu_list(args.cpus),
             expect_reach=args.expect_reach,
@@ -147,6 +156,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         done = deploy(config, say=lambda text: console.print(text, markup=False, soft_wrap=True))
     except ConfigError as err:
         raise ConfigError(DEPLOY_FLAGS.get(err.path, err.path), err.reason) from None
+    except ConnectionError as err:
+        console.print(f"error: {err}", markup=False, soft_wrap=True)
+        return NO_CONNECTION_EXIT
     report, facts = done.report, done.facts
     table = Table(title=f"deploy {args.source} on {done.robot}" + (f" ({args.peer} peer)" if args.peer else ""))
     table.add_column("", no_wrap=True)  # keys whole (scripts look rows up by them); values wrap

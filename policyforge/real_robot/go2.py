@@ -22,6 +22,7 @@ from unitree_sdk2py.idl.default import unitree_go_msg_dds__LowCmd_, unitree_go_m
 from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_, LowState_
 from unitree_sdk2py.utils.crc import CRC
 
+from policyforge.config import check
 from policyforge.real_robot import dds
 from policyforge.real_robot.robot import Command, Robot, RobotClock, RobotSpec, RobotState
 from policyforge.sims.task import asset_path
@@ -108,6 +109,23 @@ def crc_ok(msg: LowCmd_ | LowState_) -> bool:
     return CRC().Crc(msg) == msg.crc
 
 
+QUATERNION_TOLERANCE = 0.05
+"""How far from 1 the length of a state's IMU quaternion may be before the state is refused as invalid."""
+
+
+def state_invalid(msg: LowState_) -> str | None:
+    """Why a LowState cannot be a measurement (a non-finite value, an IMU quaternion that is not a rotation: a
+    simulator bridge publishes all zeros before its first physics step), or None if it can."""
+    motors = msg.motor_state[:NUM_MOTORS]
+    values = [m.q for m in motors] + [m.dq for m in motors] + [*msg.imu_state.quaternion, *msg.imu_state.gyroscope]
+    if not np.all(np.isfinite(values)):
+        return "non-finite joint or IMU value"
+    norm = float(np.linalg.norm(msg.imu_state.quaternion))
+    if abs(norm - 1.0) > QUATERNION_TOLERANCE:
+        return f"IMU quaternion of length {norm:.3g}"
+    return None
+
+
 def empty_lowstate() -> LowState_:
     return unitree_go_msg_dds__LowState_()
 
@@ -125,16 +143,32 @@ class Go2Config:
     """DDS domain (the Go2 uses 0)."""
     motion_mode_released: bool = False
     """Set once the Go2's sport mode is released (required on hardware; the simulated peer has none)."""
+    simulator_bridge: bool = False
+    """The LowStates come from a simulator bridge that leaves `crc` and `tick` empty (Unitree's unitree_mujoco):
+    accept `crc` 0 (a wrong non-zero CRC is still refused) and stamp each state with the time the bridge wrote it
+    (its DDS source time stamp: `tick` never advances there). Loopback only: on a robot's link the CRC is what keeps
+    a corrupt state out of the loop."""
+
+    def __post_init__(self) -> None:
+        check(
+            not self.simulator_bridge or self.interface == "lo",
+            "simulator_bridge",
+            f"only on the loopback ('lo'), where a simulator bridge runs, not on {self.interface!r}: a real Go2 fills "
+            "`crc` and `tick`, and a state that fails its CRC must not reach the loop",
+        )
 
 
 class Go2(Robot):
-    """Unitree Go2 in low-level mode. `observe()` returns the newest LowState with a valid CRC (corrupt ones
-    are counted in `stats`); `send()` publishes one LowCmd."""
+    """Unitree Go2 in low-level mode. `observe()` returns the newest LowState with a valid CRC that is a
+    measurement (corrupt and invalid ones are counted in `stats`); `send()` publishes one LowCmd."""
 
     def __init__(self, config: Go2Config | None = None):
         self.config = config or Go2Config()
         self.spec = go2_spec()
-        self.stats = {"states": 0, "bad_crc_states": 0, "commands": 0, "late_commands": 0, "max_state_gap_ms": 0.0}
+        self.stats = {"states": 0, "bad_crc_states": 0, "invalid_states": 0, "commands": 0, "late_commands": 0}
+        self.stats["max_state_gap_ms"] = 0.0
+        self.first_invalid: str | None = None
+        """Why the first refused state was invalid (`state_invalid`)."""
         self._latest: RobotState | None = None
         self._clock = RobotClock()
         self._participant = self._writer = self._reader = None
@@ -156,13 +190,30 @@ class Go2(Robot):
         # DDS drops the commands written, which on a loaded computer can be the first ones of the prepare ramp)
         while self._poll() is None or self._writer.get_publication_matched_status().current_count == 0:
             if time.monotonic() > deadline:
-                missing = "rt/lowstate" if self._latest is None else "a subscriber of rt/lowcmd"
+                message = self._no_connection(timeout)
                 self.disconnect()
-                raise ConnectionError(
-                    f"Go2: no {missing} within {timeout} s on interface {self.config.interface!r}, DDS domain "
-                    f"{self.config.domain_id}: is the robot (or `policyforge deploy --peer sim`) running there?"
-                )
+                raise ConnectionError(message)
             time.sleep(0.002)
+
+    def _no_connection(self, timeout: float) -> str:
+        """Why `connect` gave up: what was missing, and the states that came but were refused, by cause."""
+        where = f"within {timeout} s on interface {self.config.interface!r}, DDS domain {self.config.domain_id}"
+        if self._latest is not None:
+            return f"Go2: no subscriber of rt/lowcmd {where}: is the robot's low-level controller running?"
+        stats = self.stats
+        received = stats["bad_crc_states"] + stats["invalid_states"]
+        if received == 0:
+            return f"Go2: no rt/lowstate {where}: is the robot (or `policyforge deploy --peer sim`) running there?"
+        causes = [f"{stats['bad_crc_states']} for a wrong CRC"] if stats["bad_crc_states"] else []
+        if stats["invalid_states"]:
+            causes.append(f"{stats['invalid_states']} as no measurement ({self.first_invalid})")
+        hint = (
+            "; a simulator bridge that leaves crc 0 (Unitree's unitree_mujoco): pass simulator_bridge=True "
+            "(`deploy --simulator-bridge`)"
+            if stats["bad_crc_states"] and not self.config.simulator_bridge
+            else ""
+        )
+        return f"Go2: no valid rt/lowstate {where}: {received} received, refused {' and '.join(causes)}{hint}"
 
     def _poll(self) -> RobotState | None:
         """Take the newest LowState, if one came since the last poll (the reader keeps only the newest, so a
@@ -170,11 +221,21 @@ class Go2(Robot):
         for msg in self._reader.take(N=1):
             if not isinstance(msg, LowState_):  # a disposed instance (the peer left)
                 continue
-            if not crc_ok(msg):
+            bridge = self.config.simulator_bridge
+            if not (crc_ok(msg) or (bridge and msg.crc == 0)):
                 self.stats["bad_crc_states"] += 1
                 continue
-            state = lowstate_state(msg, self._clock.stamp(msg.tick * 1e-3, time.monotonic()))
-            state.robot_time = msg.tick * 1e-3
+            invalid = state_invalid(msg)
+            if invalid is not None:
+                self.stats["invalid_states"] += 1
+                self.first_invalid = self.first_invalid or invalid
+                continue
+            now = time.monotonic()
+            if bridge:  # written when, on this computer's clocks (loopback: the bridge shares them)
+                state = lowstate_state(msg, now - max(time.time() - msg.sample_info.source_timestamp * 1e-9, 0.0))
+            else:
+                state = lowstate_state(msg, self._clock.stamp(msg.tick * 1e-3, now))
+                state.robot_time = msg.tick * 1e-3
             self.stats["states"] += 1
             if self._latest is not None:
                 gap_ms = (state.stamp - self._latest.stamp) * 1e3

@@ -94,6 +94,9 @@ class DeployConfig:
     """Dataset directory to append the episode to (LeRobot v3.0)."""
     motion_mode_released: bool = False
     """Hardware Go2: confirm its sport mode is released."""
+    simulator_bridge: bool = False
+    """Go2: the states come from a simulator bridge that leaves `crc` and `tick` empty (Unitree's unitree_mujoco;
+    `Go2Config.simulator_bridge`); with `peer: sim` the simulated Go2 sends its states that way too."""
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     """Safety-filter thresholds."""
     realtime: bool = False
@@ -128,6 +131,11 @@ class DeployConfig:
             raise ConfigError("cpus", err.reason) from None
         check(self.robot in (None, *ROBOTS), "robot", f"unknown robot {self.robot!r}; drivers: {sorted(ROBOTS)}")
         check(self.peer in (None, "sim"), "peer", f"unknown peer {self.peer!r}; use 'sim' or leave it out for hardware")
+        check(
+            not self.simulator_bridge or self.robot in (None, "go2"),
+            "simulator_bridge",
+            f"Go2 only (a DDS simulator bridge), not {self.robot}",
+        )
         check(
             isinstance(self.reward_every_s, int | float) and 0.01 <= self.reward_every_s <= 60,
             "reward_every_s",
@@ -224,7 +232,8 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
         if config.peer == "sim":
             say(f"starting the simulated {config.robot} ({PEERS[config.robot]})")
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="policyforge-peer-")))
-            facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json"))
+            wire = ("--bridge-wire",) if config.simulator_bridge else ()
+            facts_path = stack.enter_context(simulated_peer(config.robot, domain, tmp / "peer.json", extra_args=wire))
             if config.robot == "go2":
                 say(f"waiting for the peer's first state (up to {PEER_START_S:.0f} s)")
                 wait_for_facts(facts_path)
@@ -321,7 +330,12 @@ def _robot_and_adapter(config: DeployConfig, policy: ExportedPolicy, domain: int
         from policyforge.sims.tasks.quadruped import QuadrupedConfig
 
         interface = "lo" if config.peer else config.interface
-        go2 = Go2Config(interface=interface, domain_id=domain, motion_mode_released=config.motion_mode_released)
+        go2 = Go2Config(
+            interface=interface,
+            domain_id=domain,
+            motion_mode_released=config.motion_mode_released,
+            simulator_bridge=config.simulator_bridge,
+        )
         adapter = QuadrupedAdapter(from_dict(QuadrupedConfig, options), config.velocity_command)
         return Go2(go2), adapter, config.safety, 500.0
     from policyforge.real_robot.franka import FRANKA_SAFETY, Franka, FrankaConfig

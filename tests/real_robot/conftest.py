@@ -39,13 +39,20 @@ class Peer:
         raise AssertionError(f"peer facts never satisfied the condition: {self.facts()}")
 
 
-@pytest.fixture
-def go2_peer(tmp_path):
+@contextlib.contextmanager
+def running_go2_peer(tmp_path: Path, *flags: str):
+    """A Go2 peer (`go2_sim` with `flags`) on a free DDS domain, once it serves."""
     domain = free_domain_id()
-    with simulated_peer("go2", domain, tmp_path / "peer.json") as facts_path:
+    with simulated_peer("go2", domain, tmp_path / "peer.json", extra_args=flags) as facts_path:
         peer = Peer(domain, facts_path)
         # it publishes states from its first facts on; its start-up took 4 s at load 3 and 25 s at load 8
         peer.wait_for(lambda facts: True, timeout=PEER_START_S)
+        yield peer
+
+
+@pytest.fixture
+def go2_peer(tmp_path):
+    with running_go2_peer(tmp_path) as peer:
         yield peer
 
 

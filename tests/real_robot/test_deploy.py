@@ -27,15 +27,19 @@ from policyforge.real_robot.go2 import Go2, Go2Config
 from policyforge.real_robot.launch import DeployConfig, deploy, resolve_policy
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.peers.go2_sim import FACTS_PERIOD_S
-from policyforge.real_robot.peers.process import simulated_peer
+from policyforge.real_robot.peers.process import free_domain_id, simulated_peer
 from policyforge.real_robot.safety import SafetyFilter
 from policyforge.sims.tasks.quadruped import QuadrupedConfig
 from tests.real_robot.conftest import ASSETS, GO2_POLICY
 
 
-def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys):
+@pytest.mark.parametrize("wire", [[], ["--simulator-bridge"]], ids=["robot", "simulator-bridge"])
+def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys, wire):
+    """As a robot sends its states, and as a simulator bridge does (crc 0, tick 0, zeros first): the driver
+    stamps those on arrival, so the walk and its verdict are the same."""
     out = tmp_path / "episodes"
-    code = main(["deploy", str(GO2_POLICY), "--robot", "go2", "--peer", "sim", "--seconds", "3", "--record", str(out)])
+    flags = ["--robot", "go2", "--peer", "sim", "--seconds", "3", "--record", str(out), *wire]
+    code = main(["deploy", str(GO2_POLICY), *flags])
     printed = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "final mode" in printed
     assert "command: vx 0.5 m/s, vy 0 m/s, yaw rate 0 rad/s" in printed.split("connecting to the go2")[0]
@@ -174,6 +178,11 @@ def test_hardware_flags_are_checked_before_connecting(capsys):
     assert "--interface: no 'nosuch0' here; have [" in " ".join(capsys.readouterr().out.split())
     assert main(["deploy", str(ASSETS / "arm-reach-policy.onnx"), "--robot", "franka", "--goal", "0.5,0,2"]) == 2
     assert "--goal: (0.5, 0.0, 2.0) is outside the franka workspace box" in " ".join(capsys.readouterr().out.split())
+    assert main(["deploy", str(GO2_POLICY), "--simulator-bridge", "--interface", "eth0"]) == 2
+    assert "--simulator-bridge: only on the loopback ('lo')" in " ".join(capsys.readouterr().out.split())
+    arm = str(ASSETS / "arm-reach-policy.onnx")
+    assert main(["deploy", arm, "--robot", "franka", "--peer", "sim", "--simulator-bridge"]) == 2
+    assert "--simulator-bridge: Go2 only" in " ".join(capsys.readouterr().out.split())
 
 
 class InfAfter:
@@ -390,3 +399,12 @@ def test_a_peer_port_held_by_another_process_is_refused_before_anything_starts(t
         with refused, simulated_peer("ur", 0, tmp_path / "facts.json"):
             pass
     assert not (tmp_path / "facts.json").exists()  # no peer ran
+
+
+def test_no_robot_on_the_link_is_an_error_message_with_its_own_exit_status(capsys):
+    from policyforge.real_robot.deploy_cli import NO_CONNECTION_EXIT
+
+    domain = str(free_domain_id())
+    assert main(["deploy", str(GO2_POLICY), "--interface", "lo", "--domain-id", domain]) == NO_CONNECTION_EXIT
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"error: Go2: no rt/lowstate within 5.0 s on interface 'lo', DDS domain {domain}" in printed

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import struct
+import threading
 import time
 
 import mujoco
@@ -10,19 +13,28 @@ import numpy as np
 import pytest
 from cyclonedds.pub import DataWriter
 from cyclonedds.topic import Topic
-from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_
+from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_, LowState_
 
+from policyforge.config import ConfigError
 from policyforge.real_robot import dds
 from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
-from policyforge.real_robot.go2 import LOWCMD_TOPIC, Go2, Go2Config, lowcmd_message, lowstate_state
+from policyforge.real_robot.go2 import (
+    LOWCMD_TOPIC,
+    LOWSTATE_TOPIC,
+    Go2,
+    Go2Config,
+    empty_lowstate,
+    lowcmd_message,
+    lowstate_state,
+)
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
 from policyforge.real_robot.peers.go2_sim import SimulatedGo2
-from policyforge.real_robot.peers.process import free_domain_id, simulated_peer
+from policyforge.real_robot.peers.process import free_domain_id
 from policyforge.real_robot.robot import Command
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from policyforge.sims.task import TaskState
 from policyforge.sims.tasks.quadruped import QuadrupedConfig, QuadrupedWalk
-from tests.real_robot.conftest import GO2_POLICY, PEER_START_S, Peer
+from tests.real_robot.conftest import GO2_POLICY, running_go2_peer
 
 
 def unitree_crc32(words: list[int]) -> int:
@@ -83,6 +95,67 @@ def test_connect_fails_clearly_without_a_robot_and_guards_the_motion_mode():
         Go2(Go2Config(domain_id=231)).connect(timeout=0.5)
     with pytest.raises(RuntimeError, match="release the sport"):
         Go2(Go2Config(interface="eth0")).connect(timeout=0.1)
+    with pytest.raises(ConfigError, match="simulator_bridge: only on the loopback"):
+        Go2Config(interface="eth0", simulator_bridge=True)
+
+
+@pytest.fixture
+def bridge_like_peer(tmp_path):
+    """Our Go2 peer sending its states as Unitree's simulator bridge does: crc 0, tick 0."""
+    with running_go2_peer(tmp_path, "--bridge-wire") as peer:
+        yield peer
+
+
+def test_a_simulator_bridges_states_need_the_option_and_are_stamped_on_arrival(bridge_like_peer):
+    with pytest.raises(ConnectionError) as refused:
+        Go2(Go2Config(domain_id=bridge_like_peer.domain_id)).connect(timeout=1.0)
+    message = str(refused.value)
+    counted = re.search(
+        r"no valid rt/lowstate within 1\.0 s .*: (\d+) received, refused (\d+) for a wrong CRC", message
+    )
+    assert counted and int(counted[1]) == int(counted[2]) > 50, message  # ~500 states a second came
+    assert "pass simulator_bridge=True (`deploy --simulator-bridge`)" in message
+    with Go2(Go2Config(domain_id=bridge_like_peer.domain_id, simulator_bridge=True)) as robot:
+        ages, sequences = [], set()
+        for _ in range(50):
+            time.sleep(0.01)
+            state = robot.observe()
+            ages.append(time.monotonic() - state.stamp)
+            sequences.add(state.sequence)
+        # the frozen tick (always 0) does not make the states look stale: they are as fresh as they come
+        assert sequences == {0} and np.median(ages) < 0.02, ages
+        assert robot.stats["states"] >= 40 and robot.stats["bad_crc_states"] == 0
+        assert abs(np.linalg.norm(state.imu_quat) - 1) < 1e-3
+
+
+def test_a_state_that_is_no_measurement_or_has_a_wrong_crc_is_refused_with_the_option():
+    """What the bridge sends before its first physics step (all zeros), and a state whose CRC is wrong (not 0):
+    never the first state of a connection, each counted by cause."""
+    domain = free_domain_id()
+    participant = dds.participant(domain, "lo")
+    writer = DataWriter(participant, Topic(participant, LOWSTATE_TOPIC, LowState_))
+    measured = SimulatedGo2(500.0).lowstate()
+    measured.crc ^= 0x10
+    robot = Go2(Go2Config(domain_id=domain, simulator_bridge=True))
+    sending = threading.Event()
+
+    def send() -> None:  # one at a time: the driver keeps only the newest state
+        for sent in itertools.count():
+            if sending.wait(0.004):
+                return
+            writer.write(empty_lowstate() if sent % 2 else measured)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        with pytest.raises(ConnectionError) as refused:
+            robot.connect(timeout=1.5)
+    finally:
+        sending.set()
+        sender.join()
+    message = str(refused.value)
+    assert re.search(r"refused \d+ for a wrong CRC and \d+ as no measurement \(IMU quaternion of length 0\)", message)
+    assert robot.stats["states"] == 0 and robot.stats["invalid_states"] > 0 and robot.stats["bad_crc_states"] > 0
 
 
 class ZeroPolicy:
@@ -185,10 +258,7 @@ class HeldUpGo2(Go2):
 @pytest.fixture
 def go2_peer_dropping_states(tmp_path):
     """A Go2 peer that publishes no state for 0.1 s at 2.5 s of its time: the filter damps, then steps back."""
-    domain = free_domain_id()
-    with simulated_peer("go2", domain, tmp_path / "peer.json", extra_args=("--drop-state", "2.5,0.1")) as facts:
-        peer = Peer(domain, facts)
-        peer.wait_for(lambda facts: True, timeout=PEER_START_S)
+    with running_go2_peer(tmp_path, "--drop-state", "2.5,0.1") as peer:
         yield peer
 
 

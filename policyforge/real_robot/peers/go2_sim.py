@@ -6,7 +6,9 @@ limits) from the newest LowCmd with a valid CRC. Unlike the usual sim bridges, t
 no valid command arrived for `command_timeout` s, as a safe real robot's firmware should be assumed *not* to.
 It starts lying down (joints folded, damping) and audits every command it receives against the Go2's limits
 (`peers.audit.TargetAudit`), so tests can count unsafe commands that reached "the motors". Facts go to
-`stats_path` (JSON, atomically, ten times a second and at exit).
+`stats_path` (JSON, atomically, ten times a second and at exit). It answers Unitree's motion-switcher service
+(`peers.unitree_services`), so Unitree's own low-level SDK examples run against it unmodified; `--bridge-wire`
+publishes the states as Unitree's simulator bridge (unitree_mujoco) does, without CRC or tick.
 
     python -m policyforge.real_robot.peers.go2_sim --domain-id 7 --stats /tmp/go2.json [--seconds 30]
 """
@@ -44,6 +46,7 @@ from policyforge.real_robot.go2 import (
     lowcmd_command,
 )
 from policyforge.real_robot.peers.audit import TargetAudit
+from policyforge.real_robot.peers.unitree_services import MotionSwitcherService
 from policyforge.real_robot.robot import Command
 from policyforge.sims.task import asset_path
 from policyforge.sims.tasks.quadruped import JOINT_NAMES
@@ -57,6 +60,8 @@ less, s (the safety filter's state_timeout, 50 ms, plus 10 ms of delivery)."""
 
 FACTS_PERIOD_S = 0.1
 """How often the peer writes its facts file: a reader sees a snapshot up to this old."""
+BRIDGE_ZERO_STATES = 20
+"""With `bridge_wire`, this many all-zero LowStates come first (unitree_mujoco publishes before it steps)."""
 
 
 @dataclasses.dataclass
@@ -123,6 +128,22 @@ class Go2PeerConfig:
     """Faults to inject into the state stream."""
     trace_path: Path | None = None
     """Where to save every received command with the state it was audited against (npz, at exit)."""
+    bridge_wire: bool = False
+    """Publish LowStates as Unitree's simulator bridge (unitree_mujoco) does: `crc`, `tick`, `head` and
+    `level_flag` 0, and all zeros for the first BRIDGE_ZERO_STATES (a quaternion of length 0)."""
+    motion_mode: str = ""
+    """The motion mode the motion-switcher service reports at start ("" none; e.g. "normal": the sport controller
+    holds the robot and LowCmds are ignored, counted in `commands_in_motion_mode`, until ReleaseMode)."""
+
+
+def bridge_wire(msg: LowState_, before_physics: bool) -> LowState_:
+    """`msg` as Unitree's simulator bridge publishes it: nothing but zeros before its physics ran, and never a
+    CRC, tick, head or level flag."""
+    if before_physics:
+        return empty_lowstate()
+    msg.crc = msg.tick = msg.level_flag = 0
+    msg.head = [0, 0]
+    return msg
 
 
 class SimulatedGo2:
@@ -197,11 +218,13 @@ def serve(config: Go2PeerConfig) -> dict:
     every_command = Qos(Policy.History.KeepLast(64), Policy.Reliability.Reliable(duration(milliseconds=10)))
     reader = DataReader(participant, Topic(participant, LOWCMD_TOPIC, LowCmd_), qos=every_command)
     outbox = StateOutbox(DataWriter(participant, Topic(participant, LOWSTATE_TOPIC, LowState_)), config.faults)
+    motion_switcher = MotionSwitcherService(participant, config.motion_mode)
     audit = TargetAudit(go2_spec(), config.max_step)
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))
     facts = {"commands": 0, "lost_commands": 0, "bad_crc_commands": 0, "damping_steps": 0, "steps": 0}
+    facts["commands_in_motion_mode"], facts["motion_switcher_calls"] = 0, motion_switcher.calls
     facts["unsafe"], sequence = audit.unsafe, None
     facts["max_publish_gap_ms"], last_written = 0.0, time.monotonic()
     command, command_time = None, -np.inf
@@ -216,6 +239,9 @@ def serve(config: Go2PeerConfig) -> dict:
                 continue
             if CRC().Crc(msg) != msg.crc:
                 facts["bad_crc_commands"] += 1
+                continue
+            if motion_switcher.mode:
+                facts["commands_in_motion_mode"] += 1
                 continue
             facts["commands"] += 1
             command, command_time = lowcmd_command(msg), time.monotonic()
@@ -234,7 +260,12 @@ def serve(config: Go2PeerConfig) -> dict:
         written = time.monotonic()
         # stamped with the time since start, as the robot's own clock counts it: after a stall the physics
         # catches up in a burst, but the stamps stay true to when each state is sent
-        outbox.publish(robot.lowstate(round((written - start) * 1000)), written - start, written)
+        state = robot.lowstate(round((written - start) * 1000))
+        if config.bridge_wire:
+            state = bridge_wire(state, robot.tick <= BRIDGE_ZERO_STATES)
+        outbox.publish(state, written - start, written)
+        if robot.tick % 10 == 0:
+            motion_switcher.poll()
         published.append((written, robot.joint_pos.copy()))
         while published[0][0] < written - MEASUREMENT_WINDOW:
             published.popleft()
@@ -294,6 +325,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--die-at", type=float, default=None, help="exit abruptly at this time of its clock (s)")
     parser.add_argument("--stall", default=None, help="EVERY,DURATION (s): stop for DURATION every EVERY s")
     parser.add_argument("--trace", type=Path, default=None, help="save every command received (npz) here")
+    parser.add_argument("--bridge-wire", action="store_true", help="states as unitree_mujoco's bridge sends them")
+    parser.add_argument("--motion-mode", default="", help="motion mode active at start (e.g. normal); default none")
     args = parser.parse_args(argv)
     numbers = lambda text: tuple(float(x) for x in text.split(",")) if text else None  # noqa: E731
     faults = StateFaults(
@@ -302,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     config = Go2PeerConfig(
         domain_id=args.domain_id, interface=args.interface, rate_hz=args.rate,
         command_timeout=args.command_timeout, seconds=args.seconds, stats_path=args.stats, faults=faults,
-        trace_path=args.trace,
+        trace_path=args.trace, bridge_wire=args.bridge_wire, motion_mode=args.motion_mode,
     )  # fmt: skip
     serve(config)
 
