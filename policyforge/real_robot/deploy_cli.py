@@ -7,6 +7,7 @@ import argparse
 import math
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -176,6 +177,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         "safety interventions": ", ".join(f"{k} {v:,}" for k, v in sorted(report.interventions.items())) or "none",
         "final mode": report.final_mode,
     }
+    if len(report.latency_ms):
+        rows["action latency"] = latency_row(report.latency_ms, loop.policy_rate_hz)
     if report.estop_cause:
         rows["e-stop cause"] = report.estop_cause
     if "goal_distance" in facts:
@@ -209,6 +212,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"--expect-reach: the goal was not reached (exit status {NOT_REACHED_EXIT})")
         return NOT_REACHED_EXIT
     return 0
+
+
+def latency_row(latency_ms: np.ndarray, policy_rate_hz: float) -> str:
+    """The measured state → action latency [T] (ms), and the `sim.corruption.action_latency_steps` that covers it
+    (whole control steps of a policy acting at `policy_rate_hz`)."""
+    median, p99 = np.median(latency_ms), np.percentile(latency_ms, 99)
+    periods = p99 * 1e-3 * policy_rate_hz
+    return (
+        f"median {median:.1f} / p99 {p99:.1f} ms from measurement to command ({periods:.2f} policy periods at p99; "
+        f"train with sim.corruption.action_latency_steps=[0,{math.ceil(periods)}] to cover it)"
+    )
 
 
 def _cpu_list(text: str | None) -> tuple[int, ...] | None:

@@ -129,6 +129,10 @@ class LoopReport:
     """How long the loop ran (preparation included), s."""
     longest_gap_ms: float = 0.0
     """The longest time between two commands sent (ms): what a robot's command watchdog sees of overruns."""
+    latency_ms: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    """[T] for each policy action: from when the robot measured the state it answers to when its first command
+    was sent (the state's age, the policy, the filter and the send), ms — the action latency a simulation should
+    train with (`sim.corruption.action_latency_steps`)."""
 
 
 class PolicyError(RuntimeError):
@@ -287,7 +291,7 @@ class ControlLoop:
         prepare_ticks = round(config.prepare_seconds * config.rate_hz)
         total = None if config.seconds is None else prepare_ticks + round(config.seconds * config.rate_hz)
         self._steps = steps = PolicySteps(self.policy, self.safety, config.policy_budget * period * decimation)
-        lateness, observations, actions, sent_at = [], [], [], []
+        lateness, observations, actions, sent_at, latency = [], [], [], [], []
         last_action = np.zeros(self.adapter.action_dim)
         ramp_from = self.robot.observe().joint_pos.copy()
         tick = overruns = 0
@@ -321,6 +325,8 @@ class ControlLoop:
                     steps.note(filtered)
                     self.safety.sent(self.robot.send(filtered.command))
                     sent_at.append(time.monotonic())
+                    if command is not None and tick >= prepare_ticks:  # a new action's first command
+                        latency.append(sent_at[-1] - state.stamp)
                     if self.on_tick is not None:
                         self.on_tick(tick, state, filtered)
                     tick += 1
@@ -330,6 +336,7 @@ class ControlLoop:
             finally:
                 steps.close()
                 self.report = self._report(tick, lateness, overruns, observations, actions, sent_at, start)
+                self.report.latency_ms = np.asarray(latency) * 1e3
         return self.report
 
     def _realtime(self, worker: PolicyWorker) -> contextlib.AbstractContextManager[list[str]]:

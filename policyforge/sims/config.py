@@ -1,4 +1,4 @@
-"""Typed configuration of a simulation: task, backend, batch size, randomisation, image observations."""
+"""Typed configuration of a simulation: task, backend, batch size, randomisation, corruption, image observations."""
 
 from __future__ import annotations
 
@@ -60,6 +60,48 @@ class RandomizationConfig:
         return any(getattr(self, f.name) is not None for f in dataclasses.fields(self) if f.name != "resample_on_reset")
 
 
+MAX_LATENCY_STEPS = 50
+"""Longest observation or action latency, control steps (a second at the tasks' 50 Hz: longer is a broken link)."""
+
+
+@dataclasses.dataclass
+class CorruptionConfig:
+    """What a real robot's sensors and links do to the policy's observation and action, drawn per env per episode
+    (`sims.corruption.Corruption`); the critic's observation stays clean. Terms are the task's
+    `observation_terms()` (quadruped-walk: gyro, projected_gravity, command, joint_pos, joint_vel, last_action)
+    or `all` (the whole policy observation)."""
+
+    noise: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Gaussian noise std per term, fresh each step, in the units the policy sees (the names in
+    `observation_names()` carry the task's scaling, e.g. `FR_hip.vel*0.05`)."""
+    bias: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Largest constant offset per term: each feature's offset is drawn uniformly in [-b, b] per env per episode
+    (a miscalibrated encoder, an IMU's bias)."""
+    obs_latency_steps: tuple[int, int] = (0, 0)
+    """The policy sees the observation of k control steps ago, k drawn in [low, high] per env per episode."""
+    obs_drop_prob: float = 0.0
+    """Probability that a step's observation does not arrive: the previous one is seen again."""
+    action_latency_steps: tuple[int, int] = (0, 0)
+    """The simulator applies the action chosen k control steps ago, k drawn in [low, high] per env per episode
+    (action 0 before the episode's first k actions)."""
+
+    def __post_init__(self) -> None:
+        for field in ("noise", "bias"):
+            for term, value in getattr(self, field).items():
+                check_in(value, f"{field}.{term}", "[0, inf)")
+        interval = f"[0, {MAX_LATENCY_STEPS}]"
+        check_bounds(self.obs_latency_steps, "obs_latency_steps", interval)
+        check_bounds(self.action_latency_steps, "action_latency_steps", interval)
+        for field in ("obs_latency_steps", "action_latency_steps"):
+            check(all(float(k).is_integer() for k in getattr(self, field)), field, "must be whole control steps")
+        check_in(self.obs_drop_prob, "obs_drop_prob", "[0, 1)")
+
+    @property
+    def enabled(self) -> bool:
+        latency = max(self.obs_latency_steps) + max(self.action_latency_steps)
+        return bool(self.noise or self.bias or self.obs_drop_prob or latency)
+
+
 RENDER_MODES = ("every_step", "on_request")
 """When image observations are rendered (`ImageConfig.render`)."""
 
@@ -114,6 +156,8 @@ class SimConfig:
     reward_model: RewardModelConfig = dataclasses.field(default_factory=RewardModelConfig)
     """A reward model reading the cameras and the instruction as the env's reward (`rewards.wrapper`); off unless
     its path is set."""
+    corruption: CorruptionConfig = dataclasses.field(default_factory=CorruptionConfig)
+    """Observation noise, bias, latency and dropped frames, and action latency (sim-to-real); off by default."""
 
     def __post_init__(self) -> None:
         check_in(self.num_envs, "num_envs", f"[1, {MAX_ENVS}]")

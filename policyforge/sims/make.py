@@ -26,10 +26,17 @@ def make_task(name: str, options: dict[str, Any] | None = None) -> Task:
 def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
     """The VecEnv a `SimConfig` describes, reset with `seed`; a task that draws instructions also observes them as
     token ids (`obs["instruction"]`, `instruction_obs.InstructionObs`); with `sim.reward_model` its reward is the
-    model's (`rewards.wrapper.RewardWrapper`)."""
+    model's (`rewards.wrapper.RewardWrapper`); with `sim.corruption` its policy observation and its actions are
+    corrupted (`corruption.Corruption`)."""
     from policyforge.sims.instruction_obs import with_instructions
 
-    env = with_instructions(_make_env(config, seed))
+    env = _make_env(config, seed)
+    if config.corruption.enabled:
+        from policyforge.sims.corruption import Corruption
+
+        task = getattr(env, "task", None)
+        env = Corruption(env, config.corruption, task.observation_terms() if task is not None else {}, seed)
+    env = with_instructions(env)
     if config.reward_model.enabled:
         from policyforge.rewards.load import with_reward_model
 

@@ -173,6 +173,11 @@ class Task(abc.ABC):
         """Names of the D features of `observe(...)["policy"]` [N, D], in order, with any scaling the task applies
         (e.g. `FR_hip.vel*0.05`): what an exported policy's description tells a deployer."""
 
+    def observation_terms(self) -> dict[str, slice]:
+        """Named groups of the policy observation's features, {term: columns}, for per-term noise and bias
+        (`sim.corruption`); none by default (only `all` is known then)."""
+        return {}
+
     @abc.abstractmethod
     def action_meaning(self) -> str:
         """What an action [A] in [-1, 1] commands, in words, with this config's scales (`control` described)."""

@@ -49,6 +49,8 @@ def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys, wir
     robot_seconds = re.search(r"measured over ([\d.]+) s of the peer's simulated time", printed)
     moved = re.search(r"base moved \(x, y\) │ ([-\d.]+), ([-\d.]+) m", printed)
     assert verdict and moved and robot_seconds, printed
+    latency = re.search(r"action latency │ median ([\d.]+) / p99 ([\d.]+) ms", printed)
+    assert latency and 0 < float(latency[1]) <= float(latency[2]), printed  # measured, for sim.corruption
     # each mark reads a facts snapshot up to one write period old, and a peer that fell behind at the first mark
     # catches up in a burst during the phase (measured 3.26 s under load): the interval can exceed the 3 s policy
     # phase by its backlog, but not by the stand-up phase before it

@@ -280,3 +280,23 @@ def test_a_command_held_up_after_the_filter_never_reaches_the_motors_late(go2_pe
     assert robot.held_up and report.interventions["stale_state"] > 0  # the filter damped, then stepped back
     assert sum(facts["unsafe"].values()) == 0, facts["first_unsafe"]
     assert robot.stats["late_commands"] >= 1
+
+
+def test_the_loop_measures_the_action_latency_and_a_delayed_state_adds_to_it(tmp_path):
+    """`LoopReport.latency_ms`: from the robot's measurement to the action's first command. States that start
+    arriving 20 ms late halfway through the policy phase make it 20 ms longer (their robot stamps say so)."""
+    delay_from = 8.0  # the peer's clock, s
+    with running_go2_peer(tmp_path, "--delay-state", f"{delay_from},100,0.02") as peer:
+        policy = ExportedPolicy(GO2_POLICY)
+        config = LoopConfig(rate_hz=500, policy_rate_hz=50, seconds=3.0, prepare_seconds=1.5)
+        peer.wait_for(lambda f: f["wall_seconds"] >= delay_from - 3.0, timeout=20.0)  # the policy's 1.5 s in: late
+        with Go2(Go2Config(domain_id=peer.domain_id)) as robot:
+            report = ControlLoop(
+                robot, SafetyFilter(robot.spec), policy, QuadrupedAdapter(QuadrupedConfig()), config
+            ).run()
+    latency = report.latency_ms
+    assert len(latency) == report.policy_steps >= 100
+    before, after = np.median(latency[: len(latency) // 3]), np.median(latency[-len(latency) // 3 :])
+    assert 0 < before < 10, before  # the state's age (≤ a tick) and the policy's few ms
+    # 20 ms more, and a little over: a late state also waits in the peer's queue and for the loop's tick
+    assert 18 <= after - before <= 35, (before, after)

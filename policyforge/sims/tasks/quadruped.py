@@ -211,6 +211,12 @@ class QuadrupedWalk(Task):
             *(f"last_action.{joint}" for joint in joints),
         ]
 
+    def observation_terms(self) -> dict[str, slice]:
+        """`policy_observation`'s groups: gyro, projected_gravity, command, joint_pos, joint_vel, last_action."""
+        sizes = {"gyro": 3, "projected_gravity": 3, "command": 3, "joint_pos": 12, "joint_vel": 12, "last_action": 12}
+        ends = np.cumsum(list(sizes.values()))
+        return {name: slice(int(end - size), int(end)) for (name, size), end in zip(sizes.items(), ends, strict=True)}
+
     def action_meaning(self) -> str:
         return (
             f"PD position targets of the 12 joints in motor order (FR, FL, RR, RL × hip, thigh, calf): "
