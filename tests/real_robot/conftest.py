@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from policyforge.real_robot.peers.process import free_domain_id, read_facts, simulated_peer
+from policyforge.real_robot.peers.process import (
+    free_domain_id,
+    read_facts,
+    robot_computer_for_the_peers,
+    simulated_peer,
+)
 
 ASSETS = Path(__file__).parent / "assets"
 GO2_POLICY = ASSETS / "quadruped-walk-policy.onnx"
@@ -54,22 +58,6 @@ def running_go2_peer(tmp_path: Path, *flags: str):
 def go2_peer(tmp_path):
     with running_go2_peer(tmp_path) as peer:
         yield peer
-
-
-def robot_computer_for_the_peers(priority: int = 90) -> int:
-    """Run the threads of this process's child processes (the simulated robots: franky-sim stands for the
-    Franka's own controller) under SCHED_FIFO above the loop's 80, where permitted; returns how many threads got
-    it. On a loaded machine a starved simulated arm lags and then overshoots commands a real Franka, on its own
-    computer, follows."""
-    done = 0
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
-                continue
-            for task in os.listdir(f"/proc/{pid}/task"):
-                os.sched_setscheduler(int(task), os.SCHED_FIFO, os.sched_param(priority))
-                done += 1
-    return done
 
 
 @pytest.fixture

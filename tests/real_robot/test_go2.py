@@ -28,7 +28,7 @@ from policyforge.real_robot.go2 import (
     lowstate_state,
 )
 from policyforge.real_robot.loop import ControlLoop, LoopConfig
-from policyforge.real_robot.peers.go2_sim import SimulatedGo2
+from policyforge.real_robot.peers.go2_model import SimulatedGo2
 from policyforge.real_robot.peers.process import free_domain_id
 from policyforge.real_robot.robot import Command
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter

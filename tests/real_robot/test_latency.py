@@ -20,7 +20,8 @@ import pytest
 from policyforge.real_robot.deploy import ExportedPolicy, QuadrupedAdapter
 from policyforge.real_robot.go2 import go2_spec, lowstate_state
 from policyforge.real_robot.peers.audit import TargetAudit
-from policyforge.real_robot.peers.go2_sim import MEASUREMENT_WINDOW, SimulatedGo2
+from policyforge.real_robot.peers.go2_model import SimulatedGo2
+from policyforge.real_robot.peers.go2_sim import MEASUREMENT_WINDOW
 from policyforge.real_robot.robot import RobotClock
 from policyforge.real_robot.safety import SafetyConfig, SafetyFilter
 from policyforge.sims.tasks.quadruped import QuadrupedConfig

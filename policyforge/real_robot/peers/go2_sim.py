@@ -24,7 +24,6 @@ import signal
 import time
 from pathlib import Path
 
-import mujoco
 import numpy as np
 from cyclonedds.core import Policy, Qos
 from cyclonedds.pub import DataWriter
@@ -39,21 +38,16 @@ from policyforge.real_robot import dds
 from policyforge.real_robot.go2 import (
     LOWCMD_TOPIC,
     LOWSTATE_TOPIC,
-    NUM_MOTORS,
-    SERVO_MODE,
     empty_lowstate,
     go2_spec,
     lowcmd_command,
 )
 from policyforge.real_robot.peers.audit import TargetAudit
+from policyforge.real_robot.peers.go2_model import JointPhysics, SimulatedGo2
 from policyforge.real_robot.peers.unitree_services import MotionSwitcherService
 from policyforge.real_robot.robot import Command
-from policyforge.sims.task import asset_path
-from policyforge.sims.tasks.quadruped import JOINT_NAMES
 from policyforge.sims.xmath import projected_gravity
 
-LYING_QPOS = np.tile([0.0, 1.36, -2.65], 4)
-"""Folded legs, trunk on the ground: how a Go2 waits for low-level commands."""
 MEASUREMENT_WINDOW = 0.06
 """After damping the driver steps from the joint as it measured it: from any state published this long ago or
 less, s (the safety filter's state_timeout, 50 ms, plus 10 ms of delivery)."""
@@ -134,6 +128,8 @@ class Go2PeerConfig:
     motion_mode: str = ""
     """The motion mode the motion-switcher service reports at start ("" none; e.g. "normal": the sport controller
     holds the robot and LowCmds are ignored, counted in `commands_in_motion_mode`, until ReleaseMode)."""
+    physics: JointPhysics = dataclasses.field(default_factory=JointPhysics)
+    """The leg joints' physics (known parameters for system identification; default: go2.xml's)."""
 
 
 def bridge_wire(msg: LowState_, before_physics: bool) -> LowState_:
@@ -146,74 +142,9 @@ def bridge_wire(msg: LowState_, before_physics: bool) -> LowState_:
     return msg
 
 
-class SimulatedGo2:
-    """MuJoCo Go2 with torque-controlled motors: `step(command)` applies one LowCmd's PD law for one step."""
-
-    def __init__(self, rate_hz: float):
-        self.model = mujoco.MjModel.from_xml_path(str(asset_path("go2.xml")))
-        self.model.opt.timestep = 1.0 / rate_hz
-        self.model.actuator_gaintype[:] = mujoco.mjtGain.mjGAIN_FIXED
-        self.model.actuator_biastype[:] = mujoco.mjtBias.mjBIAS_NONE
-        self.model.actuator_gainprm[:, 0] = 1.0  # ctrl is the motor torque
-        self.model.actuator_ctrlrange[:] = self.model.actuator_forcerange
-        self.model.actuator_ctrllimited[:] = True
-        self.data = mujoco.MjData(self.model)
-        self.qpos_ids = np.array([self.model.jnt_qposadr[self.model.joint(j).id] for j in JOINT_NAMES])
-        self.qvel_ids = np.array([self.model.jnt_dofadr[self.model.joint(j).id] for j in JOINT_NAMES])
-        self.data.qpos[:7] = [0.0, 0.0, 0.12, 1.0, 0.0, 0.0, 0.0]
-        self.data.qpos[self.qpos_ids] = LYING_QPOS
-        mujoco.mj_forward(self.model, self.data)
-        self.tick = 0
-
-    @property
-    def joint_pos(self) -> np.ndarray:
-        return self.data.qpos[self.qpos_ids]
-
-    @property
-    def joint_vel(self) -> np.ndarray:
-        return self.data.qvel[self.qvel_ids]
-
-    def step(self, command: Command | None, damping_kd: float) -> None:
-        """One physics step under `command` (None: damping)."""
-        q, dq = self.joint_pos, self.joint_vel
-        if command is None:
-            torque = -damping_kd * dq
-        else:
-            torque = command.torque + command.kp * (command.position - q) + command.kd * (command.velocity - dq)
-        self.data.ctrl[:NUM_MOTORS] = torque
-        mujoco.mj_step(self.model, self.data)
-        self.tick += 1
-
-    def sensor(self, name: str) -> np.ndarray:
-        return self.data.sensor(name).data
-
-    def lowstate(self, tick_ms: int | None = None) -> LowState_:
-        """This state as a LowState_ with CRC; `tick_ms`: the robot clock's stamp (default: simulated ms)."""
-        msg = empty_lowstate()
-        tick_ms = round(self.tick * self.model.opt.timestep * 1000) if tick_ms is None else tick_ms
-        msg.head, msg.level_flag, msg.tick = [0xFE, 0xEF], 0xFF, tick_ms
-        imu = msg.imu_state
-        imu.quaternion = [float(x) for x in self.sensor("orientation")]
-        imu.gyroscope = [float(x) for x in self.sensor("gyro")]
-        imu.accelerometer = [float(x) for x in self.sensor("accelerometer")]
-        torque = self.data.actuator_force[:NUM_MOTORS]
-        for i, motor in enumerate(msg.motor_state[:NUM_MOTORS]):
-            motor.mode, motor.q, motor.dq, motor.tau_est = (
-                SERVO_MODE,
-                *map(float, (self.joint_pos[i], self.joint_vel[i], torque[i])),
-            )
-        msg.foot_force = [int(min(self.sensor(f"{leg}_touch")[0], 30000)) for leg in ("FR", "FL", "RR", "RL")]
-        msg.crc = CRC().Crc(msg)
-        return msg
-
-    @property
-    def base_position(self) -> np.ndarray:
-        return self.data.qpos[:3].copy()
-
-
 def serve(config: Go2PeerConfig) -> dict:
     """Run the peer until `config.seconds` of simulated time or a stop signal; return its facts."""
-    robot = SimulatedGo2(config.rate_hz)
+    robot = SimulatedGo2(config.rate_hz, config.physics)
     participant = dds.participant(config.domain_id, config.interface)
     every_command = Qos(Policy.History.KeepLast(64), Policy.Reliability.Reliable(duration(milliseconds=10)))
     reader = DataReader(participant, Topic(participant, LOWCMD_TOPIC, LowCmd_), qos=every_command)
@@ -228,6 +159,8 @@ def serve(config: Go2PeerConfig) -> dict:
     facts["unsafe"], sequence = audit.unsafe, None
     facts["max_publish_gap_ms"], last_written = 0.0, time.monotonic()
     command, command_time = None, -np.inf
+    pending: collections.deque[tuple[float, Command]] = collections.deque()
+    """(when it takes effect, command) of the commands received and not yet in force."""
     trace, trace_published = ([], []) if config.trace_path is not None else (None, None)
     published: collections.deque[tuple[float, np.ndarray]] = collections.deque()
     """(time, joint positions [12]) of the states published in the last MEASUREMENT_WINDOW."""
@@ -244,16 +177,19 @@ def serve(config: Go2PeerConfig) -> dict:
                 facts["commands_in_motion_mode"] += 1
                 continue
             facts["commands"] += 1
-            command, command_time = lowcmd_command(msg), time.monotonic()
+            pending.append((time.monotonic() + config.physics.command_delay, lowcmd_command(msg)))
+            received = pending[-1][1]
             lost = max(msg.reserve - sequence - 1, 0) if sequence is not None else 0
             facts["lost_commands"], sequence = facts["lost_commands"] + lost, msg.reserve
             facts["first_sequence"], facts["last_sequence"] = facts.get("first_sequence", sequence), sequence
-            audit.check(command, robot.joint_pos, np.array([q for _, q in published]), lost)
+            audit.check(received, robot.joint_pos, np.array([q for _, q in published]), lost)
             if trace is not None:
-                trace.append((msg.reserve, command_time, robot.tick * period, robot.joint_pos.copy(),
-                              robot.joint_vel.copy(), command.position, command.kp, len(audit.events)))  # fmt: skip
+                trace.append((msg.reserve, time.monotonic(), robot.tick * period, robot.joint_pos.copy(),
+                              robot.joint_vel.copy(), received.position, received.kp, len(audit.events)))  # fmt: skip
             facts["first_unsafe"] = audit.first
-            facts["last_command_stiff"] = bool(np.any(command.kp > 0))
+            facts["last_command_stiff"] = bool(np.any(received.kp > 0))
+        while pending and pending[0][0] <= time.monotonic():  # commands take effect command_delay after arriving
+            command_time, command = pending.popleft()
         fresh = command is not None and time.monotonic() - command_time <= config.command_timeout
         facts["damping_steps"] += not fresh
         robot.step(command if fresh else None, config.damping_kd)
@@ -327,6 +263,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trace", type=Path, default=None, help="save every command received (npz) here")
     parser.add_argument("--bridge-wire", action="store_true", help="states as unitree_mujoco's bridge sends them")
     parser.add_argument("--motion-mode", default="", help="motion mode active at start (e.g. normal); default none")
+    parser.add_argument("--hang", action="store_true", help="trunk fixed in the air, legs free (identification)")
+    parser.add_argument("--joint-damping", type=float, default=None, help="leg joints' damping, N·m·s/rad")
+    parser.add_argument("--armature", type=float, default=None, help="leg joints' armature, kg·m²")
+    parser.add_argument("--frictionloss", type=float, default=None, help="leg joints' dry friction, N·m")
+    parser.add_argument("--motor-strength", type=float, default=1.0, help="applied torque per unit commanded")
+    parser.add_argument("--command-delay", type=float, default=0.0, help="s from a command's arrival to its effect")
     args = parser.parse_args(argv)
     numbers = lambda text: tuple(float(x) for x in text.split(",")) if text else None  # noqa: E731
     faults = StateFaults(
@@ -336,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         domain_id=args.domain_id, interface=args.interface, rate_hz=args.rate,
         command_timeout=args.command_timeout, seconds=args.seconds, stats_path=args.stats, faults=faults,
         trace_path=args.trace, bridge_wire=args.bridge_wire, motion_mode=args.motion_mode,
+        physics=JointPhysics(args.joint_damping, args.armature, args.frictionloss, args.motor_strength,
+                             args.command_delay, args.hang),
     )  # fmt: skip
     serve(config)
 
