@@ -13,6 +13,8 @@ policyforge tour [key=value ...]                      scripted controllers on ev
 policyforge collect TASK --episodes N [options]       scripted-expert demonstrations → LeRobot v3.0 dataset
 policyforge deploy RUN_DIR|POLICY [--robot go2|franka] [--peer sim]  a policy on a robot through the safety filter
 policyforge play RUN_DIR [--episodes N] [--out FILE.mp4]  watch the policy: MuJoCo viewer, or a video headless
+policyforge sysid record --out REC.npz [--peer sim]    a hanging Go2's joints under an excitation (--hanging)
+policyforge sysid fit REC.npz                          fit the simulated Go2's joints to it (CMA-ES)
 policyforge data show DATASET [--episode K]         a dataset's summary and episodes (--video: film one)
 
 Exit status: 0 done; 2 a user error (the message names the flag, field or file); 3 `deploy` ended in an e-stop
@@ -38,7 +40,7 @@ from policyforge.algos.interrupt import INTERRUPT_EXIT
 from policyforge.config import ConfigError, load
 from policyforge.config_docs import commented
 from policyforge.errors import DISK_FULL, UserError
-from policyforge.real_robot import deploy_cli
+from policyforge.real_robot import deploy_cli, sysid_cli
 from policyforge.real_robot.deploy_cli import ESTOP_EXIT, NOT_REACHED_EXIT
 
 __all__ = ["ESTOP_EXIT", "NOT_REACHED_EXIT", "main"]
@@ -310,6 +312,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     collecting.set_defaults(run=_library("policyforge.data.collect_cli:command"))
     deploy_cli.add_parser(commands)
+    sysid_cli.add_parser(commands)
     distill_command.add_parser(commands)
     playing = commands.add_parser("play", help="watch a run's policy: the MuJoCo viewer with a display, else a video")
     playing.add_argument("run_dir")

@@ -4,6 +4,7 @@ to a hanging peer with known joint parameters recovers them (`real_robot.sysid`,
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -36,3 +37,18 @@ def test_a_recording_is_read_without_unpickling_and_a_foreign_file_is_refused(tm
     np.savez(tmp_path / "pickled.npz", **{**fields, "joint_pos": np.array([object()], dtype=object)})
     with pytest.raises(ValueError, match="allow_pickle=False"):
         Recording.load(tmp_path / "pickled.npz")
+
+
+def test_the_sysid_commands_record_the_hanging_peer_and_fit_it(tmp_path, capsys):
+    from policyforge.cli import main
+
+    out = tmp_path / "rec.npz"
+    assert main(["sysid", "record", "--out", str(out)]) == 2  # hardware: only once the robot hangs
+    assert "--hanging: the excitation swings every leg" in " ".join(capsys.readouterr().out.split())
+    assert main(["sysid", "record", "--peer", "sim", "--seconds", "2", "--out", str(out)]) == 0
+    recording = Recording.load(out)
+    assert len(recording.command_time) == 1000 and len(recording.state_time) > 500  # 2 s at 500 Hz
+    assert main(["sysid", "fit", str(out), "--evaluations", "16"]) == 0
+    fitted = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(fitted) == {"damping", "armature", "frictionloss", "motor_strength", "command_delay", "error_rad"}
+    assert fitted["error_rad"] < 0.05

@@ -1,0 +1,99 @@
+"""`policyforge sysid record|fit` on the command line: record a hanging Go2's joints under an excitation through
+the driver and the safety filter, then fit the simulated Go2's joint model to the recording (`sysid`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from policyforge.config import ConfigError
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """The `sysid` sub-command: `record` and `fit`."""
+    sysid = commands.add_parser("sysid", help="system identification of the Go2's leg joints: record, then fit")
+    steps = sysid.add_subparsers(dest="sysid_command", required=True)
+    recording = steps.add_parser("record", help="drive a hanging Go2 through an excitation and record it")
+    recording.add_argument("--out", required=True, help="the recording to write (.npz)")
+    recording.add_argument("--peer", default=None, choices=["sim"], help="record the simulated Go2, hanging")
+    recording.add_argument("--interface", default="lo", help="network interface of the robot link, e.g. eth0")
+    recording.add_argument("--domain-id", type=int, default=0, help="DDS domain")
+    recording.add_argument("--seconds", type=float, default=8.0, help="length of the excitation")
+    recording.add_argument("--motion-mode-released", action="store_true", help="hardware: sport mode released")
+    recording.add_argument(
+        "--hanging", action="store_true", help="hardware: the robot hangs on a gantry, feet clear of the ground"
+    )
+    recording.set_defaults(run=record_command)
+    fitting = steps.add_parser("fit", help="fit the simulated Go2's joints to a recording (CMA-ES)")
+    fitting.add_argument("recording", help="a recording written by `sysid record`")
+    fitting.add_argument("--evaluations", type=int, default=500, help="replays CMA-ES may run")
+    fitting.add_argument("--seed", type=int, default=0)
+    fitting.set_defaults(run=fit_command)
+
+
+def record_command(args: argparse.Namespace, console: Console) -> int:
+    from policyforge.real_robot.go2 import Go2, Go2Config
+    from policyforge.real_robot.peers.go2_model import JointPhysics
+    from policyforge.real_robot.peers.process import (
+        free_domain_id,
+        read_facts,
+        robot_computer_for_the_peers,
+        simulated_peer,
+    )
+    from policyforge.real_robot.sysid import Excitation, record
+
+    if args.peer is None and not args.hanging:
+        raise ConfigError(
+            "--hanging",
+            "the excitation swings every leg ±0.25 rad at up to 4 Hz: hang the robot on a gantry, feet clear of the "
+            "ground, then say so with --hanging",
+        )
+    if not 1.0 <= args.seconds <= 120.0:
+        raise ConfigError("--seconds", f"must be in [1, 120] s, got {args.seconds:g}")
+    domain = free_domain_id() if args.peer else args.domain_id
+    with contextlib.ExitStack() as stack:
+        if args.peer:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="policyforge-sysid-")))
+            facts = stack.enter_context(
+                simulated_peer("go2", domain, tmp / "peer.json", extra_args=JointPhysics(hang=True).peer_flags())
+            )
+            console.print("starting the simulated Go2, hanging")
+            while not read_facts(facts):
+                time.sleep(0.1)
+            robot_computer_for_the_peers()
+        interface = "lo" if args.peer else args.interface
+        config = Go2Config(interface=interface, domain_id=domain, motion_mode_released=args.motion_mode_released)
+        console.print(f"recording {args.seconds:g} s of excitation (after 2 s moving to its start)")
+        with Go2(config) as robot:
+            recording = record(robot, Excitation(seconds=args.seconds))
+    recording.save(Path(args.out))
+    console.print(f"{len(recording.command_time)} commands and {len(recording.state_time)} states → {args.out}")
+    return 0
+
+
+def fit_command(args: argparse.Namespace, console: Console) -> int:
+    from policyforge.real_robot.peers.go2_model import JointPhysics
+    from policyforge.real_robot.sysid import BOUNDS, Recording, fit, replay_error
+
+    if not Path(args.recording).is_file():
+        raise ConfigError("recording", f"no file {args.recording}; write one with `policyforge sysid record`")
+    recording = Recording.load(Path(args.recording))
+    result = fit(recording, args.evaluations, args.seed)
+    model_error = replay_error(recording, JointPhysics())
+    table = Table(title=f"fitted to {args.recording} ({result.evaluations} replays)")
+    table.add_column("parameter")
+    table.add_column("fitted")
+    table.add_column("search box")
+    for name, (low, high) in BOUNDS.items():
+        table.add_row(name, f"{getattr(result.physics, name):.4g}", f"[{low:g}, {high:g}]")
+    table.add_row("replay error, rad RMS", f"{result.error_rad:.4f}", f"go2.xml's joints: {model_error:.4f}")
+    console.print(table)
+    print(json.dumps({name: getattr(result.physics, name) for name in BOUNDS} | {"error_rad": result.error_rad}))
+    return 0
