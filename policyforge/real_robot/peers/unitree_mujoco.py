@@ -58,6 +58,23 @@ def load_bridge(checkout: Path):
     return importlib.import_module("config"), importlib.import_module("unitree_sdk2py_bridge")
 
 
+class CommandWatch:
+    """Our own subscriber of `rt/lowcmd` beside their bridge's: how many LowCmds came, and whether the newest one
+    holds the legs (any kp > 0) or lets them go (damping)."""
+
+    def __init__(self):
+        from unitree_sdk2py.core.channel import ChannelSubscriber
+        from unitree_sdk2py.idl.unitree_go.msg.dds_ import LowCmd_
+
+        self.count, self.stiff = 0, False
+        self._subscriber = ChannelSubscriber("rt/lowcmd", LowCmd_)
+        self._subscriber.Init(self._on_command, 10)
+
+    def _on_command(self, msg) -> None:
+        self.count += 1
+        self.stiff = any(motor.kp > 0 for motor in msg.motor_cmd[:12])
+
+
 def serve(checkout: Path, domain_id: int, interface: str, seconds: float | None, stats_path: Path | None) -> dict:
     """Run their simulator until `seconds` of simulated time or a stop signal; return the facts."""
     from unitree_sdk2py.core.channel import ChannelFactoryInitialize
@@ -70,11 +87,13 @@ def serve(checkout: Path, domain_id: int, interface: str, seconds: float | None,
     # their bridge writes ctrl from its DDS callback and reads sensordata from its timer threads; their loop's lock
     # only keeps the viewer out of mj_step, so without a viewer there is nothing to lock
     bridge_module.UnitreeSdk2Bridge(model, data)
+    controlled = CommandWatch()
     stopping: list[bool] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.append(True))
     start_xy, steps, start = data.qpos[:2].copy(), 0, time.monotonic()
     facts = {"robot": config.ROBOT, "stood": False, "min_base_height": np.inf, "min_upright": np.inf, "falls": 0}
+    facts["commands"] = 0
     fallen, next_write = False, start
     while not stopping and (seconds is None or steps * model.opt.timestep < seconds):
         mujoco.mj_step(model, data)
@@ -82,8 +101,11 @@ def serve(checkout: Path, domain_id: int, interface: str, seconds: float | None,
         upright = float(-projected_gravity(data.qpos[None, 3:7], np)[0, 2])
         height = float(data.qpos[2])
         settled = steps * model.opt.timestep > SETTLE_S  # it starts in the air, legs out, and drops
-        facts["stood"] = facts["stood"] or (settled and height > STANDING_HEIGHT and upright > 0.9)
-        if facts["stood"]:  # a fall counts once a controller has stood the robot up (it starts lying down)
+        stiff, facts["commands"] = controlled.stiff, controlled.count
+        facts["stood"] = facts["stood"] or (settled and stiff and height > STANDING_HEIGHT and upright > 0.9)
+        # counted while a controller holds the robot, once it has stood it up: it starts lying down, and when the
+        # controller lets go (damping, kp 0) a Go2 sinks to the ground, which is no fall
+        if facts["stood"] and stiff:
             facts["min_base_height"] = min(facts["min_base_height"], height)
             facts["min_upright"] = min(facts["min_upright"], upright)
             down = upright < 0.5 or height < FALLEN_HEIGHT
