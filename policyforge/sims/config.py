@@ -47,8 +47,14 @@ class RandomizationConfig:
     """Scale of the PD position actuators' damping kd, [low, high]."""
     resample_on_reset: bool = True
     """Draw new parameters for an environment whenever it resets (else once, at `reset(seed)`)."""
+    push_interval_s: float | None = None
+    """Interval event: every this many seconds of an episode the robot's free-floating root is pushed (None: never)."""
+    push_velocity: float = 0.5
+    """Largest change of the root's horizontal velocity a push makes, per axis (uniform in [-v, v]), m/s."""
 
     def __post_init__(self) -> None:
+        check_in(self.push_interval_s, "push_interval_s", "(0, 3600]", unit=" s")
+        check_in(self.push_velocity, "push_velocity", "[0, 5]", "a push beyond 5 m/s throws a robot", " m/s")
         check_bounds(self.friction, "friction", FRICTION_SCALES)
         check_bounds(self.mass_scale, "mass_scale", MASS_SCALES)
         check_bounds(self.kp_scale, "kp_scale", GAIN_SCALES)
@@ -57,7 +63,8 @@ class RandomizationConfig:
 
     @property
     def enabled(self) -> bool:
-        return any(getattr(self, f.name) is not None for f in dataclasses.fields(self) if f.name != "resample_on_reset")
+        fields = ("friction", "mass_scale", "com_offset", "kp_scale", "kd_scale", "push_interval_s")
+        return any(getattr(self, name) is not None for name in fields)
 
 
 MAX_LATENCY_STEPS = 50

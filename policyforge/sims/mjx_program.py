@@ -131,7 +131,13 @@ class MjxProgram:
         bad_action = ~jnp.isfinite(action).all(axis=1)
         action = jnp.clip(action, -1.0, 1.0).astype(self.float)
         ctrl = task.control(action, TaskState(self._phys(state.data), state.vars), jnp)
-        data = self._vmap(self._physics, state.model_fields)(state.data.replace(ctrl=ctrl.astype(self.float)))
+        data = state.data.replace(ctrl=ctrl.astype(self.float))
+        key, sub = jax.random.split(state.key)
+        push = self.randomizer.push(state.episodes.lengths, task.config.control_dt, JaxSampler(sub), jnp)
+        if push is not None:
+            data = data.replace(qvel=data.qvel.at[:, self.randomizer.push_dofs].add(push.astype(self.float)))
+            state = state._replace(key=key)
+        data = self._vmap(self._physics, state.model_fields)(data)
         phys = self._phys(data)
         vars_ = task.update_vars(TaskState(phys, state.vars), action, jnp)
         vars_ = {name: jnp.asarray(value, state.vars[name].dtype) for name, value in vars_.items()}

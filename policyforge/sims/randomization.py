@@ -39,6 +39,7 @@ class Randomizer:
         if config.com_offset is not None and root_body is None:
             raise ConfigError("sim.randomization.com_offset", f"task {task} names no root body; remove com_offset")
         self.root_body = model.body(root_body).id if root_body else 0
+        self.push_dofs = self._push_dofs(model, task) if config.push_interval_s is not None else None
         self._model = model
         self._table: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
         self.base = {
@@ -96,6 +97,26 @@ class Randomizer:
             factor = (1.0 + (kp - 1.0) * kp_mask) * (1.0 + (kd - 1.0) * kd_mask)
             fields["actuator_biasprm"] = xp.asarray(base["actuator_biasprm"]) * factor
         return fields
+
+    def push(self, lengths: Array, control_dt: float, sampler: Sampler, xp: Xp) -> Array | None:
+        """The interval event: the change [N, 2] of the root's horizontal velocity this step — uniform in
+        ±`push_velocity` in the envs whose episode reaches a multiple of `push_interval_s` with this step, 0 in
+        the others — or None without pushes. `lengths` [N]: the steps each episode has taken before this one."""
+        if self.push_dofs is None:
+            return None
+        every = max(round(self.config.push_interval_s / control_dt), 1)
+        due = (lengths + 1) % every == 0
+        velocity = self.config.push_velocity
+        return sampler.uniform(-velocity, velocity, (len(lengths), 2)) * due[:, None]
+
+    @staticmethod
+    def _push_dofs(model: mujoco.MjModel, task: str) -> slice:
+        """The root's horizontal velocity dofs (x, y of its free joint, world frame)."""
+        free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
+        if len(free) == 0:
+            raise ConfigError("sim.randomization.push_interval_s", f"task {task} has no free-floating body to push")
+        start = int(model.jnt_dofadr[free[0]])
+        return slice(start, start + 2)
 
     def derived_constants(self, params: dict[str, Array], xp: Xp) -> dict[str, Array]:
         """Per-env values [n, ...] of the constants mj_setConst would recompute after `mass_scale`, for

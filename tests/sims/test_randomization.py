@@ -63,3 +63,23 @@ def test_resample_on_reset_draws_new_parameters():
 def test_kp_randomisation_needs_pd_actuators():
     with pytest.raises(ConfigError, match=r"sim\.randomization\.kp_scale: task pendulum-swingup has no PD"):
         make_env(SimConfig(task="pendulum-swingup", num_envs=1, randomization=RandomizationConfig(kp_scale=(0.9, 1.1))))
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjx"])
+def test_a_push_fires_at_its_interval_on_both_backends(backend):
+    """`push_interval_s`: every 0.5 s (25 steps) of each episode the trunk's horizontal velocity jumps by up to
+    push_velocity per axis; in between, standing still, it changes by a few cm/s a step."""
+    config = RandomizationConfig(push_interval_s=0.5, push_velocity=0.8)
+    env = make_env(SimConfig(task="quadruped-walk", num_envs=16, backend=backend, randomization=config), seed=0)
+    env.reset(seed=0)
+    velocity = []
+    for _ in range(100):
+        obs, *_ = env.step(torch.zeros(16, 12))
+        velocity.append(obs["critic"][:, 45:47])  # the trunk's velocity in its own frame (upright: x, y)
+    jumps = (torch.diff(torch.stack(velocity), dim=0)).norm(dim=2).mean(dim=1)  # [99]: into step k + 2
+    pushed = torch.zeros(99, dtype=torch.bool)
+    pushed[[23, 48, 73, 98]] = True  # steps 25, 50, 75 and 100 of the episode
+    assert jumps[pushed].min() > 3 * jumps[~pushed].max(), jumps
+    assert jumps[pushed].max() < 0.8 * 2**0.5  # uniform per axis within ±0.8 m/s, averaged over the envs
+    with pytest.raises(ConfigError, match=r"sim\.randomization\.push_interval_s: task pendulum-swingup has no free"):
+        make_env(SimConfig(task="pendulum-swingup", num_envs=2, randomization=config))
