@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -95,5 +96,24 @@ def fit_command(args: argparse.Namespace, console: Console) -> int:
         table.add_row(name, f"{getattr(result.physics, name):.4g}", f"[{low:g}, {high:g}]")
     table.add_row("replay error, rad RMS", f"{result.error_rad:.4f}", f"go2.xml's joints: {model_error:.4f}")
     console.print(table)
+    console.print(f"train quadruped-walk with it: {training_overrides(result.physics)}", markup=False, soft_wrap=True)
     print(json.dumps({name: getattr(result.physics, name) for name in BOUNDS} | {"error_rad": result.error_rad}))
     return 0
+
+
+def training_overrides(physics) -> str:
+    """Command-line overrides that give quadruped-walk's simulator these joints: the joint physics as task options,
+    the motor strength as a fixed kp and kd scale, the latency in whole control steps (`sim.corruption`)."""
+    from policyforge.sims.tasks.quadruped import QuadrupedConfig
+
+    steps = math.ceil(physics.command_delay / QuadrupedConfig().control_dt - 1e-9)
+    strength = f"[{physics.motor_strength:.3g},{physics.motor_strength:.3g}]"
+    return " ".join(
+        [
+            f"sim.task_options.joint_damping={physics.damping:.3g}",
+            f"sim.task_options.joint_armature={physics.armature:.3g}",
+            f"sim.task_options.joint_frictionloss={physics.frictionloss:.3g}",
+            f"'sim.randomization.kp_scale={strength}' 'sim.randomization.kd_scale={strength}'",
+            f"'sim.corruption.action_latency_steps=[0,{steps}]'",
+        ]
+    )

@@ -49,6 +49,21 @@ def test_the_sysid_commands_record_the_hanging_peer_and_fit_it(tmp_path, capsys)
     recording = Recording.load(out)
     assert len(recording.command_time) == 1000 and len(recording.state_time) > 500  # 2 s at 500 Hz
     assert main(["sysid", "fit", str(out), "--evaluations", "16"]) == 0
-    fitted = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    printed = capsys.readouterr().out
+    fitted = json.loads(printed.strip().splitlines()[-1])
+    assert f"sim.task_options.joint_damping={fitted['damping']:.3g}" in printed  # to train on what was found
     assert set(fitted) == {"damping", "armature", "frictionloss", "motor_strength", "command_delay", "error_rad"}
     assert fitted["error_rad"] < 0.05
+
+
+def test_the_fitted_joints_reach_the_training_simulator():
+    from policyforge.sims.make import make_task
+    from policyforge.sims.tasks.quadruped import JOINT_NAMES
+
+    options = {"joint_damping": 0.505, "joint_armature": 0.03, "joint_frictionloss": 0.2}
+    model = make_task("quadruped-walk", options).model
+    dofs = [model.jnt_dofadr[model.joint(name).id] for name in JOINT_NAMES]
+    assert np.allclose(model.dof_damping[dofs], 0.505) and np.allclose(model.dof_frictionloss[dofs], 0.2)
+    assert np.allclose(model.dof_armature[dofs], 0.03)
+    with pytest.raises(ConfigError, match=r"sim.task_options.joint_damping: must be in \[0, 10\]"):
+        make_task("quadruped-walk", {"joint_damping": -1.0})

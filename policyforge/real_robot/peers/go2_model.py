@@ -14,7 +14,7 @@ from unitree_sdk2py.utils.crc import CRC
 from policyforge.real_robot.go2 import NUM_MOTORS, SERVO_MODE, empty_lowstate
 from policyforge.real_robot.robot import Command
 from policyforge.sims.task import asset_path
-from policyforge.sims.tasks.quadruped import JOINT_NAMES
+from policyforge.sims.tasks.quadruped import JOINT_NAMES, set_leg_joints
 
 LYING_QPOS = np.tile([0.0, 1.36, -2.65], 4)
 """Folded legs, trunk on the ground: how a Go2 waits for low-level commands."""
@@ -70,11 +70,7 @@ def go2_model(physics: JointPhysics, timestep: float) -> mujoco.MjModel:
     model.actuator_gainprm[:, 0] = 1.0  # ctrl is the motor torque
     model.actuator_ctrlrange[:] = model.actuator_forcerange
     model.actuator_ctrllimited[:] = True
-    dofs = np.array([model.jnt_dofadr[model.joint(j).id] for j in JOINT_NAMES])
-    for field in ("damping", "armature", "frictionloss"):
-        value = getattr(physics, field)
-        if value is not None:
-            getattr(model, f"dof_{field}")[dofs] = value
+    set_leg_joints(model, physics.damping, physics.armature, physics.frictionloss)
     return model
 
 

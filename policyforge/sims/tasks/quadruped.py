@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import mujoco
 import numpy as np
 
 from policyforge.config import check, check_bounds, check_in
@@ -60,6 +61,16 @@ def joint_targets(action: Array, low: Array, high: Array, action_scale: float, x
     return xp.clip(xp.asarray(STAND_QPOS) + action_scale * action, low, high)
 
 
+def set_leg_joints(
+    model: mujoco.MjModel, damping: float | None, armature: float | None, frictionloss: float | None
+) -> None:
+    """Give every leg joint of a Go2 model this damping, armature and dry friction (None: keep the model's)."""
+    dofs = np.array([model.jnt_dofadr[model.joint(name).id] for name in JOINT_NAMES])
+    for field, value in (("dof_damping", damping), ("dof_armature", armature), ("dof_frictionloss", frictionloss)):
+        if value is not None:
+            getattr(model, field)[dofs] = value
+
+
 @dataclasses.dataclass
 class QuadrupedConfig(TaskConfig):
     """Options of `quadruped-walk`."""
@@ -90,6 +101,12 @@ class QuadrupedConfig(TaskConfig):
     """Initial joints: the standing pose plus uniform noise of this size, rad."""
     reward_weights: dict[str, float] = dataclasses.field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     """Weight of each reward term; terms missing here weigh 0. Known: see DEFAULT_WEIGHTS."""
+    joint_damping: float | None = None
+    """Viscous damping of every leg joint, N·m·s/rad (None: go2.xml's 0.1), e.g. what `policyforge sysid fit` found."""
+    joint_armature: float | None = None
+    """Rotor inertia at every leg joint, kg·m² (None: go2.xml's 0.01, calves 0.02)."""
+    joint_frictionloss: float | None = None
+    """Dry friction of every leg joint, N·m (None: go2.xml's 0)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -111,6 +128,9 @@ class QuadrupedConfig(TaskConfig):
         check_in(self.min_height, "min_height", f"[0, {STAND_HEIGHT})", "the trunk starts at that height", " m")
         check_in(self.max_tilt, "max_tilt", "(0, π]", unit=" rad")
         check_in(self.init_joint_noise, "init_joint_noise", "[0, π]", unit=" rad")
+        check_in(self.joint_damping, "joint_damping", "[0, 10]", unit=" N·m·s/rad")
+        check_in(self.joint_armature, "joint_armature", "[0, 1]", unit=" kg·m²")
+        check_in(self.joint_frictionloss, "joint_frictionloss", "[0, 10]", unit=" N·m")
 
 
 class QuadrupedWalk(Task):
@@ -121,6 +141,12 @@ class QuadrupedWalk(Task):
     xml_file = "go2.xml"
     root_body = "trunk"
     config: QuadrupedConfig
+
+    @classmethod
+    def load_model(cls, config: QuadrupedConfig) -> mujoco.MjModel:
+        model = super().load_model(config)
+        set_leg_joints(model, config.joint_damping, config.joint_armature, config.joint_frictionloss)
+        return model
 
     def __init__(self, model, config: QuadrupedConfig):
         super().__init__(model, config)
