@@ -22,33 +22,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from policyforge.real_robot.go2 import Go2, Go2Config
 from policyforge.real_robot.peers.go2_model import JointPhysics, SimulatedGo2
-from policyforge.real_robot.peers.process import (
-    free_domain_id,
-    read_facts,
-    robot_computer_for_the_peers,
-    simulated_peer,
-)
-from policyforge.real_robot.sysid import BOUNDS, Excitation, Recording, fit, record, replay_error
+from policyforge.real_robot.sysid import BOUNDS, Excitation, fit, record_peer, replay_error
 
 KNOWN = JointPhysics(damping=0.5, armature=0.03, frictionloss=0.2, motor_strength=0.85, command_delay=0.01, hang=True)
 """The peer's leg joints (go2.xml: damping 0.1, armature 0.01 (calves 0.02), no dry friction, full strength, no
 latency)."""
-
-
-def record_from_peer(physics: JointPhysics, excitation: Excitation, workdir: Path) -> Recording:
-    """Start a peer with `physics`, record `excitation` on it through the driver, stop it."""
-    domain = free_domain_id()
-    with simulated_peer("go2", domain, workdir / "peer.json", extra_args=physics.peer_flags()) as facts:
-        deadline = time.monotonic() + 90
-        while not read_facts(facts) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        # a robot's physics runs in real time, on its own computer: a peer starved by this machine's load would
-        # pause and then catch up, which no model of a robot replays
-        robot_computer_for_the_peers()
-        with Go2(Go2Config(domain_id=domain)) as robot:
-            return record(robot, excitation)
 
 
 def model_value(name: str) -> float:
@@ -69,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     excitation, fits, console = Excitation(seconds=args.seconds), [], Console()
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:
-            recording = record_from_peer(KNOWN, excitation, Path(tmp))
+            recording = record_peer(KNOWN, excitation, Path(tmp))
         if args.out is not None:
             recording.save(args.out / f"recording-s{seed}.npz")
         started = time.monotonic()

@@ -125,6 +125,26 @@ def record(robot: Robot, excitation: Excitation, settle_seconds: float = 2.0) ->
     return Recording(*command_columns, *state_columns)
 
 
+def record_peer(physics: JointPhysics, excitation: Excitation, workdir: Path) -> Recording:
+    """Start the simulated Go2 with `physics` (hanging), record `excitation` on it through the driver, stop it."""
+    from policyforge.real_robot.go2 import Go2, Go2Config
+    from policyforge.real_robot.peers.process import (
+        free_domain_id,
+        robot_computer_for_the_peers,
+        simulated_peer,
+        wait_for_facts,
+    )
+
+    domain, flags = free_domain_id(), dataclasses.replace(physics, hang=True).peer_flags()
+    with simulated_peer("go2", domain, Path(workdir) / "peer.json", extra_args=flags) as facts:
+        wait_for_facts(facts)
+        # a robot's physics runs in real time, on its own computer: a peer starved by this machine's load would
+        # pause and then catch up, which no model of a robot replays
+        robot_computer_for_the_peers()
+        with Go2(Go2Config(domain_id=domain)) as robot:
+            return record(robot, excitation)
+
+
 def replay(recording: Recording, physics: JointPhysics, segment_seconds: float = 1.0) -> np.ndarray:
     """The joint positions [S, 12] the hanging simulated Go2 with `physics` has at the recorded states' times
     under the recorded commands (each in force from its send time plus `physics.command_delay`), replayed in

@@ -4,11 +4,9 @@ the driver and the safety filter, then fit the simulated Go2's joint model to th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import tempfile
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -42,13 +40,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def record_command(args: argparse.Namespace, console: Console) -> int:
     from policyforge.real_robot.go2 import Go2, Go2Config
     from policyforge.real_robot.peers.go2_model import JointPhysics
-    from policyforge.real_robot.peers.process import (
-        free_domain_id,
-        read_facts,
-        robot_computer_for_the_peers,
-        simulated_peer,
-    )
-    from policyforge.real_robot.sysid import Excitation, record
+    from policyforge.real_robot.sysid import Excitation, record, record_peer
 
     if args.peer is None and not args.hanging:
         raise ConfigError(
@@ -58,20 +50,12 @@ def record_command(args: argparse.Namespace, console: Console) -> int:
         )
     if not 1.0 <= args.seconds <= 120.0:
         raise ConfigError("--seconds", f"must be in [1, 120] s, got {args.seconds:g}")
-    domain = free_domain_id() if args.peer else args.domain_id
-    with contextlib.ExitStack() as stack:
-        if args.peer:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="policyforge-sysid-")))
-            facts = stack.enter_context(
-                simulated_peer("go2", domain, tmp / "peer.json", extra_args=JointPhysics(hang=True).peer_flags())
-            )
-            console.print("starting the simulated Go2, hanging")
-            while not read_facts(facts):
-                time.sleep(0.1)
-            robot_computer_for_the_peers()
-        interface = "lo" if args.peer else args.interface
-        config = Go2Config(interface=interface, domain_id=domain, motion_mode_released=args.motion_mode_released)
-        console.print(f"recording {args.seconds:g} s of excitation (after 2 s moving to its start)")
+    console.print(f"recording {args.seconds:g} s of excitation (after 2 s moving to its start)")
+    if args.peer:
+        with tempfile.TemporaryDirectory(prefix="policyforge-sysid-") as tmp:
+            recording = record_peer(JointPhysics(hang=True), Excitation(seconds=args.seconds), Path(tmp))
+    else:
+        config = Go2Config(args.interface, args.domain_id, motion_mode_released=args.motion_mode_released)
         with Go2(config) as robot:
             recording = record(robot, Excitation(seconds=args.seconds))
     recording.save(Path(args.out))

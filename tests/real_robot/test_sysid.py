@@ -9,14 +9,14 @@ import json
 import numpy as np
 import pytest
 
-from policyforge.bench.sysid import KNOWN, record_from_peer
+from policyforge.bench.sysid import KNOWN
 from policyforge.config import ConfigError
 from policyforge.real_robot.peers.go2_model import JointPhysics
-from policyforge.real_robot.sysid import Excitation, Recording, fit, replay_error
+from policyforge.real_robot.sysid import Excitation, Recording, fit, record_peer, replay_error
 
 
 def test_the_fit_recovers_a_peers_known_joint_parameters(tmp_path):
-    recording = record_from_peer(KNOWN, Excitation(seconds=4.0), tmp_path)
+    recording = record_peer(KNOWN, Excitation(seconds=4.0), tmp_path)
     recording.save(tmp_path / "recording.npz")
     recording = Recording.load(tmp_path / "recording.npz")
     fitted = fit(recording, evaluations=300)
