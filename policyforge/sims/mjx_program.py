@@ -132,9 +132,9 @@ class MjxProgram:
         action = jnp.clip(action, -1.0, 1.0).astype(self.float)
         ctrl = task.control(action, TaskState(self._phys(state.data), state.vars), jnp)
         data = state.data.replace(ctrl=ctrl.astype(self.float))
-        key, sub = jax.random.split(state.key)
-        push = self.randomizer.push(state.episodes.lengths, task.config.control_dt, JaxSampler(sub), jnp)
-        if push is not None:
+        if self.randomizer.push_dofs is not None:  # the interval event
+            key, sub = jax.random.split(state.key)
+            push = self.randomizer.push(state.episodes.lengths, task.config.control_dt, JaxSampler(sub), jnp)
             data = data.replace(qvel=data.qvel.at[:, self.randomizer.push_dofs].add(push.astype(self.float)))
             state = state._replace(key=key)
         data = self._vmap(self._physics, state.model_fields)(data)

@@ -131,8 +131,8 @@ class MujocoVecEnv(VecEnv):
         action = validate_action(action, self.num_envs, self.action_dim)
         task = self.task
         self._state_fields["ctrl"][:] = task.control(action, self.state, np)
-        push = self.randomizer.push(self.episodes.lengths, self.control_dt, NumpySampler(self.rng), np)
-        if push is not None:
+        if self.randomizer.push_dofs is not None:  # the interval event
+            push = self.randomizer.push(self.episodes.lengths, self.control_dt, NumpySampler(self.rng), np)
             self._state_fields["qvel"][:, self.randomizer.push_dofs] += push
         self._physics_step()
         self.vars = task.update_vars(self.state, action, np)

@@ -98,12 +98,10 @@ class Randomizer:
             fields["actuator_biasprm"] = xp.asarray(base["actuator_biasprm"]) * factor
         return fields
 
-    def push(self, lengths: Array, control_dt: float, sampler: Sampler, xp: Xp) -> Array | None:
-        """The interval event: the change [N, 2] of the root's horizontal velocity this step — uniform in
-        ±`push_velocity` in the envs whose episode reaches a multiple of `push_interval_s` with this step, 0 in
-        the others — or None without pushes. `lengths` [N]: the steps each episode has taken before this one."""
-        if self.push_dofs is None:
-            return None
+    def push(self, lengths: Array, control_dt: float, sampler: Sampler, xp: Xp) -> Array:
+        """The interval event (configured: `push_dofs` is set): the change [N, 2] of the root's horizontal
+        velocity this step — uniform in ±`push_velocity` in the envs whose episode reaches a multiple of
+        `push_interval_s` with this step, 0 in the others. `lengths` [N]: the steps each episode took before."""
         every = max(round(self.config.push_interval_s / control_dt), 1)
         due = (lengths + 1) % every == 0
         velocity = self.config.push_velocity
