@@ -346,6 +346,8 @@ def _robot_and_adapter(config: DeployConfig, policy: ExportedPolicy, domain: int
         mode=config.arm_mode,
         realtime=config.peer is None,
         rate_hz=policy_rate,
+        # a policy trained on the Franka motion generator moves as franky did at its factor
+        dynamics_factor=float(options.get("motion_dynamics_factor", FrankaConfig.dynamics_factor)),
         workspace_low_z=None if floor is None else floor - FRANKA_SAFETY["workspace_margin"],
     )
     adapter = ArmAdapter(

@@ -51,6 +51,12 @@ class RandomizationConfig:
     """Interval event: every this many seconds of an episode the robot's free-floating root is pushed (None: never)."""
     push_velocity: float = 0.5
     """Largest change of the root's horizontal velocity a push makes, per axis (uniform in [-v, v]), m/s."""
+    motor_strength: tuple[float, float] | None = None
+    """Scale of the torque every motor can give (its forcerange, and with `sim.actuator.model: dc_motor` its stall
+    torque), [low, high]: a weak or a strong motor."""
+    command_delay_steps: tuple[int, int] | None = None
+    """Command delay in physics steps, drawn per env in [low, high]: the first k physics steps of each control step
+    still hold the previous command (less than the control decimation; `sims/actuators.py`)."""
 
     def __post_init__(self) -> None:
         check_in(self.push_interval_s, "push_interval_s", "(0, 3600]", unit=" s")
@@ -60,10 +66,19 @@ class RandomizationConfig:
         check_bounds(self.kp_scale, "kp_scale", GAIN_SCALES)
         check_bounds(self.kd_scale, "kd_scale", GAIN_SCALES)
         check_in(self.com_offset, "com_offset", COM_OFFSETS, unit=" m")
+        check_bounds(self.motor_strength, "motor_strength", "(0, 2]")
+        check_bounds(self.command_delay_steps, "command_delay_steps", "[0, 1000]")
+        if self.command_delay_steps is not None:
+            check(
+                all(float(k).is_integer() for k in self.command_delay_steps),
+                "command_delay_steps",
+                "must be whole physics steps",
+            )
 
     @property
     def enabled(self) -> bool:
-        fields = ("friction", "mass_scale", "com_offset", "kp_scale", "kd_scale", "push_interval_s")
+        fields = ("friction", "mass_scale", "com_offset", "kp_scale", "kd_scale", "push_interval_s", "motor_strength")
+        fields += ("command_delay_steps",)
         return any(getattr(self, name) is not None for name in fields)
 
 
@@ -107,6 +122,26 @@ class CorruptionConfig:
     def enabled(self) -> bool:
         latency = max(self.obs_latency_steps) + max(self.action_latency_steps)
         return bool(self.noise or self.bias or self.obs_drop_prob or latency)
+
+
+@dataclasses.dataclass
+class ActuatorConfig:
+    """The motors' model (`sim.actuator`)."""
+
+    model: Literal["pd", "dc_motor"] = "pd"
+    """`pd`: torque within the model's forcerange; `dc_motor`: within the torque–speed curve too (sims/actuators.py)."""
+    saturation_torque: list[float] | None = None
+    """`dc_motor`: stall torque τ_s per actuator, N·m (one value: every actuator); None: the task's datasheet values
+    (`Task.motor_curve`)."""
+    no_load_speed: list[float] | None = None
+    """`dc_motor`: ω₀ per actuator, rad/s, where the motor gives no more torque along its motion (one value: every
+    actuator); None: the task's datasheet values."""
+
+    def __post_init__(self) -> None:
+        check(self.model in ("pd", "dc_motor"), "model", f"give pd or dc_motor, got {self.model!r}")
+        for field in ("saturation_torque", "no_load_speed"):
+            for value in getattr(self, field) or []:
+                check_in(value, field, "(0, inf)")
 
 
 RENDER_MODES = ("every_step", "on_request")
@@ -165,6 +200,8 @@ class SimConfig:
     its path is set."""
     corruption: CorruptionConfig = dataclasses.field(default_factory=CorruptionConfig)
     """Observation noise, bias, latency and dropped frames, and action latency (sim-to-real); off by default."""
+    actuator: ActuatorConfig = dataclasses.field(default_factory=ActuatorConfig)
+    """The motors' model: ideal PD (default) or a DC motor's torque–speed curve (sim-to-real)."""
 
     def __post_init__(self) -> None:
         check_in(self.num_envs, "num_envs", f"[1, {MAX_ENVS}]")

@@ -53,6 +53,7 @@ def _make_env(config: SimConfig, seed: int) -> VecEnv:
     options: dict[str, Any] = {
         "device": config.device,
         "randomization": config.randomization,
+        "actuator": config.actuator,
         "image": config.image,
         "seed": seed,
     }

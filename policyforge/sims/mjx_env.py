@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from policyforge.sims import render as _render
-from policyforge.sims.config import ImageConfig, RandomizationConfig
+from policyforge.sims.config import ActuatorConfig, ImageConfig, RandomizationConfig
 from policyforge.sims.mjx_program import EnvState, MjxProgram
 from policyforge.sims.task import ResetState, Task
 from policyforge.sims.vec_env import (
@@ -51,6 +51,7 @@ class MjxVecEnv(VecEnv):
         *,
         device: str | torch.device = "cpu",
         randomization: RandomizationConfig | None = None,
+        actuator: ActuatorConfig | None = None,
         image: ImageConfig | None = None,
         seed: int = 0,
     ):
@@ -69,7 +70,8 @@ class MjxVecEnv(VecEnv):
         self.device = torch.device(device)
         self.control_dt = task.config.control_dt
         self.episode_steps = task.episode_steps
-        self.program, self.compile_seconds = _program(task, num_envs, randomization or RandomizationConfig())
+        randomization = randomization or RandomizationConfig()
+        self.program, self.compile_seconds = _program(task, num_envs, randomization, actuator or ActuatorConfig())
         """Seconds spent compiling (0 when this process had compiled the same program already)."""
         self._renderers = _render.RendererCache(task.model)
         self.state: EnvState
@@ -200,13 +202,15 @@ def torch_to_jax(tensor: torch.Tensor) -> jax.Array:
     return jnp.asarray(tensor.numpy()) if on_cpu else jnp.from_dlpack(tensor.contiguous())
 
 
-def _program(task: Task, num_envs: int, randomization: RandomizationConfig) -> tuple[MjxProgram, float]:
-    """The compiled program for this task, options, randomisation and N (built once per process)."""
-    key = (task.name, repr(task.config), repr(randomization), num_envs)
+def _program(
+    task: Task, num_envs: int, randomization: RandomizationConfig, actuator: ActuatorConfig
+) -> tuple[MjxProgram, float]:
+    """The compiled program for this task, options, randomisation, actuator model and N (built once per process)."""
+    key = (task.name, repr(task.config), repr(randomization), repr(actuator), num_envs)
     if key in _PROGRAMS:
         return _PROGRAMS[key], 0.0
     start = time.perf_counter()
-    program = MjxProgram(task, num_envs, randomization)
+    program = MjxProgram(task, num_envs, randomization, actuator)
     program.compile()
     _PROGRAMS[key] = program
     return program, time.perf_counter() - start

@@ -16,7 +16,8 @@ from jax import lax
 from mujoco import mjx
 
 from policyforge.config import ConfigError
-from policyforge.sims.config import RandomizationConfig
+from policyforge.sims.actuators import actuators_of
+from policyforge.sims.config import ActuatorConfig, RandomizationConfig
 from policyforge.sims.episodes import EpisodeCounters, end_step, where_rows
 from policyforge.sims.randomization import PARAMS, Randomizer
 from policyforge.sims.task import NumpySampler, ResetState, Task, TaskState
@@ -70,7 +71,9 @@ class MjxProgram:
     """Jitted `reset(key)`, `reset_to(key, initial)`, `reset_envs(state, mask)` and `step(state, action)` of
     one (task, N, randomisation)."""
 
-    def __init__(self, task: Task, num_envs: int, randomization: RandomizationConfig):
+    def __init__(
+        self, task: Task, num_envs: int, randomization: RandomizationConfig, actuator: ActuatorConfig | None = None
+    ):
         self.task = task
         self.num_envs = num_envs
         self.model = put_model(task)
@@ -84,6 +87,7 @@ class MjxProgram:
                 "moving a centre of mass needs mj_setConst, which MJX lacks; use sim.backend=mujoco for it",
             )
         self.randomizer = Randomizer(randomization, task.model, task.root_body, task.name)
+        self.actuators = actuators_of(task, actuator, randomization)
         self.resample_on_reset = randomization.resample_on_reset
         probe = self.randomizer.sample(NumpySampler(np.random.default_rng(0)), 1, np)
         self.field_names = sorted(self._fields(probe, np))
@@ -130,14 +134,22 @@ class MjxProgram:
         task, n = self.task, self.num_envs
         bad_action = ~jnp.isfinite(action).all(axis=1)
         action = jnp.clip(action, -1.0, 1.0).astype(self.float)
-        ctrl = task.control(action, TaskState(self._phys(state.data), state.vars), jnp)
+        previous = state.data.ctrl
+        ctrl, actuated = task.actuate(action, TaskState(self._phys(state.data), state.vars), jnp)
+        state = state._replace(
+            vars={name: jnp.asarray(value, state.vars[name].dtype) for name, value in actuated.items()}
+        )
         data = state.data.replace(ctrl=ctrl.astype(self.float))
         if self.randomizer.push_dofs is not None:  # the interval event
             key, sub = jax.random.split(state.key)
             push = self.randomizer.push(state.episodes.lengths, task.config.control_dt, JaxSampler(sub), jnp)
             data = data.replace(qvel=data.qvel.at[:, self.randomizer.push_dofs].add(push.astype(self.float)))
             state = state._replace(key=key)
-        data = self._vmap(self._physics, state.model_fields)(data)
+        if self.actuators.per_physics_step:
+            drive = (previous, state.vars["dr_delay"], state.vars["dr_strength"])
+            data = self._vmap(self._driven_physics, state.model_fields)(data, *drive)
+        else:
+            data = self._vmap(self._physics, state.model_fields)(data)
         phys = self._phys(data)
         vars_ = task.update_vars(TaskState(phys, state.vars), action, jnp)
         vars_ = {name: jnp.asarray(value, state.vars[name].dtype) for name, value in vars_.items()}
@@ -231,11 +243,12 @@ class MjxProgram:
         return {name: xp.asarray(value, dtype=self.float) for name, value in fields.items()}
 
     def _vmap(self, fn: Any, fields: dict[str, jax.Array]) -> Any:
-        """`fn(model, data)` vmapped over envs, each with its own model fields: a function of data [N]."""
+        """`fn(model, data, *per_env)` vmapped over envs, each with its own model fields: a function of data [N]
+        (and of more per-env arrays [N, ...])."""
         if not fields:
-            return jax.vmap(lambda d: fn(self.model, d))
+            return jax.vmap(lambda d, *rest: fn(self.model, d, *rest))
         models = self.model.tree_replace(fields)
-        return lambda data: jax.vmap(fn, in_axes=(self.model_axes, 0))(models, data)
+        return lambda data, *rest: jax.vmap(fn, in_axes=(self.model_axes, 0) + (0,) * len(rest))(models, data, *rest)
 
     def _physics(self, model: mjx.Model, data: mjx.Data) -> mjx.Data:
         """`control_decimation` physics steps of one env, then position and velocity stages at the new state
@@ -243,6 +256,24 @@ class MjxProgram:
         data, _ = lax.scan(
             lambda d, _: (self._mj_step(model, d), None), data, None, length=self.task.control_decimation
         )
+        data = mjx.sensor_pos(model, mjx.fwd_position(model, data))
+        return mjx.sensor_vel(model, mjx.fwd_velocity(model, data))
+
+    def _driven_physics(
+        self, model: mjx.Model, data: mjx.Data, previous: jax.Array, delay: jax.Array, strength: jax.Array
+    ) -> mjx.Data:
+        """`_physics` under an actuator model (`sims/actuators.py`), one env: the previous controls [nu] for the
+        first `delay` physics steps, then `data.ctrl`; the torque limits at the joints' speed before each step."""
+        new, actuators = data.ctrl, self.actuators
+
+        def one_step(d: mjx.Data, step: jax.Array) -> tuple[mjx.Data, None]:
+            ctrl = actuators.ctrl_at(step, previous[None], new[None], delay[None], jnp)[0]
+            limits = actuators.torque_range(d.qvel[None], strength[None], jnp)[0].astype(self.float)
+            stepped = self._mj_step(model.replace(actuator_forcerange=limits), d.replace(ctrl=ctrl))
+            return stepped, None
+
+        data, _ = lax.scan(one_step, data, jnp.arange(self.task.control_decimation))
+        data = data.replace(ctrl=new)
         data = mjx.sensor_pos(model, mjx.fwd_position(model, data))
         return mjx.sensor_vel(model, mjx.fwd_velocity(model, data))
 

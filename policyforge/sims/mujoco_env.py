@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from policyforge.sims import render as _render  # sets MUJOCO_GL before mujoco is imported
-from policyforge.sims.config import ImageConfig, RandomizationConfig
+from policyforge.sims.actuators import actuators_of
+from policyforge.sims.config import ActuatorConfig, ImageConfig, RandomizationConfig
 from policyforge.sims.episodes import EpisodeCounters, end_step
 from policyforge.sims.randomization import PARAMS, Randomizer
 from policyforge.sims.task import NumpySampler, ResetState, Task, TaskState
@@ -55,6 +56,7 @@ class MujocoVecEnv(VecEnv):
         num_threads: int = 0,
         device: str | torch.device = "cpu",
         randomization: RandomizationConfig | None = None,
+        actuator: ActuatorConfig | None = None,
         image: ImageConfig | None = None,
         seed: int = 0,
     ):
@@ -72,6 +74,7 @@ class MujocoVecEnv(VecEnv):
             self._state_fields["mocap_pos"] = self.batch.bind("mocap_pos")
         randomization = randomization or RandomizationConfig()
         self.randomizer = Randomizer(randomization, model, task.root_body, task.name)
+        self.actuators = actuators_of(task, actuator, randomization)
         self._resample_on_reset = randomization.resample_on_reset
         self._image = image if image is not None and image.cameras else None
         self._images_each_step = self._image is not None and self._image.render == "every_step"
@@ -130,11 +133,12 @@ class MujocoVecEnv(VecEnv):
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         action = validate_action(action, self.num_envs, self.action_dim)
         task = self.task
-        self._state_fields["ctrl"][:] = task.control(action, self.state, np)
+        previous = self._state_fields["ctrl"].copy()
+        self._state_fields["ctrl"][:], self.vars = task.actuate(action, self.state, np)
         if self.randomizer.push_dofs is not None:  # the interval event
             push = self.randomizer.push(self.episodes.lengths, self.control_dt, NumpySampler(self.rng), np)
             self._state_fields["qvel"][:, self.randomizer.push_dofs] += push
-        self._physics_step()
+        self._physics_step(previous)
         self.vars = task.update_vars(self.state, action, np)
         state = self.state
         reward, terms = task.reward(state, action, np)
@@ -208,9 +212,24 @@ class MujocoVecEnv(VecEnv):
     def state(self) -> TaskState:
         return TaskState(self.phys, self.vars)
 
-    def _physics_step(self) -> None:
+    def _physics_step(self, previous: np.ndarray) -> None:
+        """One control step of physics; with an actuator model acting within it (`sims/actuators.py`), one physics
+        step at a time: the delayed command, the torque limits at the joints' speed. `previous`: the controls
+        [N, nu] of the last control step."""
+        stage, decimation = mujoco.mjtStage.mjSTAGE_VEL, self.task.control_decimation
         try:
-            self.batch.step(nstep=self.task.control_decimation, stage=mujoco.mjtStage.mjSTAGE_VEL)
+            if not self.actuators.per_physics_step:
+                self.batch.step(nstep=decimation, stage=stage)
+            else:
+                ctrl, qvel, actuators = self._state_fields["ctrl"], self._state_fields["qvel"], self.actuators
+                new, strength, delay = ctrl.copy(), self.vars["dr_strength"], self.vars["dr_delay"]
+                forcerange = self.batch.expand("actuator_forcerange")
+                self._expanded_fields.add("actuator_forcerange")
+                for step in range(decimation):
+                    ctrl[:] = actuators.ctrl_at(step, previous, new, delay, np)
+                    forcerange[:] = actuators.torque_range(qvel, strength, np)
+                    self.batch.step(nstep=1, stage=stage)
+                ctrl[:] = new
         except mujoco.batch.SimulationError as err:
             raise self._engine_error(err) from err
         self._check_warnings()

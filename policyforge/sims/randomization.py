@@ -16,8 +16,8 @@ from policyforge.config import ConfigError
 from policyforge.sims.config import RandomizationConfig
 from policyforge.sims.task import Array, Sampler, Xp
 
-PARAMS = ("dr_friction", "dr_mass", "dr_kp", "dr_kd", "dr_com")
-"""Task variables written by the randomiser; 1 (scales) or 0 (offsets) when not randomised."""
+PARAMS = ("dr_friction", "dr_mass", "dr_kp", "dr_kd", "dr_com", "dr_strength", "dr_delay")
+"""Task variables written by the randomiser; 1 (scales) or 0 (offsets, delays) when not randomised."""
 
 DERIVED_FIELDS = ("body_invweight0", "dof_invweight0", "body_subtreemass")
 """Model constants mj_setConst derives from masses that constraint softness and sensors depend on."""
@@ -49,6 +49,7 @@ class Randomizer:
             "body_ipos": model.body_ipos.copy(),
             "actuator_gainprm": model.actuator_gainprm.copy(),
             "actuator_biasprm": model.actuator_biasprm.copy(),
+            "actuator_forcerange": model.actuator_forcerange.copy(),
         }
 
     @property
@@ -57,12 +58,17 @@ class Randomizer:
         return self.config.mass_scale is not None or self.config.com_offset is not None
 
     def sample(self, sampler: Sampler, n: int, xp: Xp) -> dict[str, Array]:
-        """Parameters of n envs: `dr_friction`, `dr_mass`, `dr_kp`, `dr_kd` [n] and `dr_com` [n, 3]."""
+        """Parameters of n envs: `dr_friction`, `dr_mass`, `dr_kp`, `dr_kd`, `dr_strength`, `dr_delay` (whole physics
+        steps) [n] and `dr_com` [n, 3]."""
         cfg = self.config
 
         def scale(bounds: tuple[float, float] | None) -> Array:
             return sampler.uniform(*bounds, (n,)) if bounds is not None else xp.ones(n)
 
+        delay = xp.zeros(n)
+        if cfg.command_delay_steps is not None:  # each whole step as likely: floor of uniform [low, high + 1)
+            low, high = cfg.command_delay_steps
+            delay = xp.minimum(xp.floor(sampler.uniform(low, high + 1.0, (n,))), float(high))
         com = xp.zeros((n, 3))
         if cfg.com_offset is not None:
             com = sampler.uniform(-cfg.com_offset, cfg.com_offset, (n, 3))
@@ -72,6 +78,8 @@ class Randomizer:
             "dr_kp": scale(cfg.kp_scale),
             "dr_kd": scale(cfg.kd_scale),
             "dr_com": com,
+            "dr_strength": scale(cfg.motor_strength),
+            "dr_delay": delay,
         }
 
     def model_fields(self, params: dict[str, Array], xp: Xp) -> dict[str, Array]:
@@ -96,6 +104,10 @@ class Randomizer:
             fields["actuator_gainprm"] = xp.asarray(base["actuator_gainprm"]) * (1.0 + (kp - 1.0) * gain_mask)
             factor = (1.0 + (kp - 1.0) * kp_mask) * (1.0 + (kd - 1.0) * kd_mask)
             fields["actuator_biasprm"] = xp.asarray(base["actuator_biasprm"]) * factor
+        if cfg.motor_strength is not None:
+            fields["actuator_forcerange"] = (
+                xp.asarray(base["actuator_forcerange"]) * params["dr_strength"][:, None, None]
+            )
         return fields
 
     def push(self, lengths: Array, control_dt: float, sampler: Sampler, xp: Xp) -> Array:

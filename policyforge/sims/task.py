@@ -3,7 +3,7 @@
 Task functions take an array namespace `xp` (numpy here, jax.numpy on MJX) and never touch a simulator,
 so one task runs unchanged on every backend. A backend owns the physics; per control step it calls
 
-    ctrl = task.control(action, state, xp)          # action [N, A] in [-1, 1] -> ctrl [N, nu]
+    ctrl, vars = task.actuate(action, state, xp)    # action [N, A] in [-1, 1] -> ctrl [N, nu] (via `control`)
     ... physics steps with ctrl held (control decimation) ...
     vars = task.update_vars(state, action, xp)       # task variables after the step (last action, timers)
     reward, terms = task.reward(state, action, xp)   # [N], {name: [N]}
@@ -163,6 +163,18 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def control(self, action: Array, state: TaskState, xp: Xp) -> Array:
         """Actuator controls [N, nu] from actions [N, A] in [-1, 1] (action scaling, IK, clipping)."""
+
+    def motor_curve(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The motors' datasheet torque–speed curve: stall torque [nu] (N·m) and no-load speed [nu] (rad/s), for
+        `sim.actuator.model: dc_motor`; None where the task has none (the config must then give them)."""
+        return None
+
+    def actuate(self, action: Array, state: TaskState, xp: Xp) -> tuple[Array, dict[str, Array]]:
+        """What the physics holds this step: controls [N, nu] and the task variables [N, ...] with them. `control`
+        says what the policy commands (what a robot driver sends); a task whose robot runs its own controller on
+        that command (a motion generator: `sims/motion.py`) passes it through here, keeping the controller's
+        state in the variables. By default the commands themselves, variables unchanged."""
+        return self.control(action, state, xp), state.vars
 
     @abc.abstractmethod
     def observe(self, state: TaskState, xp: Xp) -> dict[str, Array]:

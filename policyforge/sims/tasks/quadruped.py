@@ -180,6 +180,11 @@ class QuadrupedWalk(Task):
         }
         return ResetState(xp.concatenate([root, joints], axis=1), xp.zeros((n, 18)), joints, None, vars_)
 
+    def motor_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """The Go2's motors (Unitree's go2_description limits): hip and thigh 23.7 N·m, 30.1 rad/s; calf
+        45.43 N·m, 15.7 rad/s (a 1.5× gear on the same motor)."""
+        return np.tile([23.7, 23.7, 45.43], 4), np.tile([30.1, 30.1, 15.7], 4)
+
     def control(self, action: Array, state: TaskState, xp: Xp) -> Array:
         return joint_targets(action, self.joint_low, self.joint_high, self.config.action_scale, xp)
 
