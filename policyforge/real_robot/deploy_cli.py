@@ -40,6 +40,7 @@ DEPLOY_FLAGS = {
     "domain_id": "--domain-id",
     "motion_mode_released": "--motion-mode-released",
     "simulator_bridge": "--simulator-bridge",
+    "sim_facts": "--sim-facts",
     "cpus": "--cpus",
     "expect_reach": "--expect-reach",
 }
@@ -103,6 +104,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="Go2: states from a simulator bridge without CRC or tick (Unitree's unitree_mujoco), on this computer",
     )
     deploying.add_argument(
+        "--sim-facts",
+        default=None,
+        help="Go2 on a simulator: its facts file (base position, clock) to measure the walking velocity from",
+    )
+    deploying.add_argument(
         "--realtime", action="store_true", help="control loop under SCHED_FIFO, memory locked, GC frozen (root)"
     )
     deploying.add_argument("--cpus", default=None, help="CPUs to keep the control loop on, e.g. 1 or 2,3")
@@ -148,6 +154,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             record=Path(args.record) if args.record else None,
             motion_mode_released=args.motion_mode_released,
             simulator_bridge=args.simulator_bridge,
+            sim_facts=Path(args.sim_facts) if args.sim_facts else None,
             realtime=args.realtime,
             cpus=_cpu_list(args.cpus),
             expect_reach=args.expect_reach,

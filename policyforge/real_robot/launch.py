@@ -97,6 +97,10 @@ class DeployConfig:
     simulator_bridge: bool = False
     """Go2: the states come from a simulator bridge that leaves `crc` and `tick` empty (Unitree's unitree_mujoco;
     `Go2Config.simulator_bridge`); with `peer: sim` the simulated Go2 sends its states that way too."""
+    sim_facts: Path | None = None
+    """Go2 on a simulator: the JSON file where it writes its base position and clock (`base_position`,
+    `sim_seconds`: our unitree_mujoco runner's `--stats`), so the verdict measures the planar velocity, as with a
+    peer; None on hardware, which reports no base velocity."""
     safety: SafetyConfig = dataclasses.field(default_factory=SafetyConfig)
     """Safety-filter thresholds."""
     realtime: bool = False
@@ -216,6 +220,11 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
         runs = ", ".join(ROBOTS[config.robot])
         raise ConfigError("robot", f"{config.robot} runs {runs} policies{how}; this one is for {task!r}")
     check(
+        config.sim_facts is None or (config.robot == "go2" and config.peer is None),
+        "sim_facts",
+        "a Go2 simulator's facts file (unitree_mujoco runner --stats); with --peer sim the peer's own are read",
+    )
+    check(
         not config.expect_reach or config.robot != "go2",
         "expect_reach",
         f"arms only: the go2 (for the task {task!r}) has no goal; its verdict is the velocity tracking error",
@@ -241,6 +250,7 @@ def deploy(config: DeployConfig, say: Callable[[str], None] = print) -> Deployme
         say(f"connecting to the {config.robot} at {where}")
         # a simulated peer may start far slower than a robot answers (franky-sim: 2 s idle, tens loaded)
         robot.connect(timeout=PEER_START_S) if config.peer else robot.connect()
+        facts_path = facts_path or config.sim_facts
         read = (lambda: read_facts(facts_path)) if facts_path is not None and config.robot == "go2" else None
         watch = DeployWatch(measure_for(config, adapter, read), loop_config, say)
         try:

@@ -106,6 +106,8 @@ class Verdict:
     """"VERDICT: ..." as printed."""
     reached: bool | None
     """Arms: whether the end effector ended within the tolerance of the goal; None for robots without a goal."""
+    error: float | None = None
+    """Quadrupeds: the planar velocity tracking error |v_xy − command_xy|, m/s (None where not measured)."""
 
 
 class ArmGoal:
@@ -258,7 +260,7 @@ class VelocityTracking:
         robot_seconds = self._marks[-1][5] - self._marks[0][5]
         if math.isfinite(robot_seconds):  # a simulated peer's clock: on a loaded machine it runs slower than ours
             line += f"; measured over {robot_seconds:.2f} s of the peer's simulated time"
-        return Verdict(line, None)
+        return Verdict(line, None, planar if math.isfinite(planar) else None)
 
 
 def _velocity_text(velocity: np.ndarray | None) -> str:
