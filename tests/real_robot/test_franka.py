@@ -24,6 +24,12 @@ PEER_START_S = 90.0
 
 ARM_POLICY = ASSETS / "arm-reach-policy.onnx"
 """The `policyforge demo` PPO policy (configs/arm-reach-ppo.yaml, 400k env steps), exported to ONNX."""
+FRANKA_REACH_POLICY = ASSETS / "arm-reach-franka-policy.onnx"
+"""PPO on the Franka motion generator (configs/arm-reach-franka-ppo.yaml), exported to ONNX."""
+SETTLED_WITHIN_M = 0.06
+"""Largest distance to the goal in the last second of 6 s. Measured on franky-sim: 0.5-1.2 cm at the first goal,
+2.5-4.9 cm at the second (it hovers there, as it does less in simulation: 1.7-3 cm); the demo policy hovers 3-15 cm
+(BENCHMARKS.md, "Arm reach on franky-sim")."""
 
 
 @pytest.fixture
@@ -41,9 +47,9 @@ def franka(tmp_path_factory):
 
 
 def run_policy(robot, goal, cartesian, seconds=6.0, policy=None):
-    """Run a policy for `seconds`; returns the loop's report and the end effector's distance to the goal at
-    each tick [T] and its position [T, 3] (as the robot reports them)."""
-    exported = ExportedPolicy(ARM_POLICY)
+    """Run a policy (default: the demo's) for `seconds`; returns the loop's report and the end effector's distance
+    to the goal at each tick [T] and its position [T, 3] (as the robot reports them)."""
+    exported = policy if isinstance(policy, ExportedPolicy) else ExportedPolicy(ARM_POLICY)
     adapter = ArmAdapter("arm-reach", exported.spec["task_options"], np.asarray(goal), cartesian=cartesian)
     robot.config.mode = "cartesian" if cartesian else "joint"
     safety_config = SafetyConfig(**FRANKA_SAFETY)
@@ -51,6 +57,9 @@ def run_policy(robot, goal, cartesian, seconds=6.0, policy=None):
     # the loop's real-time options, as on a robot computer: on a loaded machine without them the command stream
     # stalled (a 0.5 s stale_command e-stop) while franky finished its motion, 4 mm past the diving test's box
     # (where SCHED_FIFO is not permitted: one warning, normal scheduling)
+    if isinstance(policy, ExportedPolicy):  # the arm follows franky at the factor the policy was trained with
+        options = exported.spec["task_options"]
+        robot.robot.relative_dynamics_factor = float(options.get("motion_dynamics_factor", 0.5))
     config = LoopConfig(
         rate_hz=25.0, policy_rate_hz=25.0, seconds=seconds, prepare_seconds=1.5, realtime_priority=80, freeze_gc=True
     )
@@ -90,19 +99,16 @@ def test_the_robot_reports_the_end_effector_of_the_measured_joints_while_it_move
     assert max(gaps) < 2e-3, (max(gaps), max(leads))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known sim-to-real gap (README: arm policies and real arm dynamics): the simulated arm accelerates 5-10x "
-    "faster than a Franka allows, so on franky-sim the policy overshoots and hovers 3-15 cm around its goals; in "
-    "some runs its closest approach stays above the 5 cm success distance",
-)
 @pytest.mark.parametrize("cartesian", [False, True], ids=["joint", "cartesian"])
-def test_a_trained_arm_reach_policy_reaches_its_goals(franka, cartesian):
+def test_a_reach_policy_trained_on_the_franka_motion_generator_ends_at_its_goals(franka, cartesian):
+    """configs/arm-reach-franka-ppo.yaml: trained on franky's motion limits, it ends where it did in simulation.
+    (The demo policy, trained on the stiff simulated arm, hovers 3-15 cm around the same goals: bench
+    arm-transfer.)"""
     for goal in ([0.45, 0.2, 0.3], [0.6, -0.2, 0.2]):
-        report, errors, _ = run_policy(franka, goal, cartesian)
+        report, errors, _ = run_policy(franka, goal, cartesian, policy=ExportedPolicy(FRANKA_REACH_POLICY))
         assert errors[30] > 0.2  # starts far (during the 1.5 s move to the ready pose)
-        # reaches the task's success distance, then hovers around the goal (see the xfail reason)
-        assert errors.min() < 0.05, (goal, np.round(errors[::25], 3))
+        settled = errors[-25:]  # the last second
+        assert settled.max() < SETTLED_WITHIN_M, (goal, np.round(errors[::25], 3))
         assert report.final_mode == "normal" and report.policy_steps >= 110  # Cartesian: waits once for the switch
 
 
