@@ -32,6 +32,20 @@ from policyforge.real_robot.safety import SafetyFilter
 from policyforge.sims.tasks.quadruped import QuadrupedConfig
 from tests.real_robot.conftest import ASSETS, GO2_POLICY
 
+GO2_STUDENT = ASSETS / "quadruped-walk-student.onnx"
+"""The row-c student of bench sim2sim-table (configs/quadruped-walk-sim2real-student.yaml, 2M env steps of DAgger
+from a 10M-step critic-observation teacher), exported to ONNX."""
+
+
+def test_a_proprioceptive_history_student_walks_the_go2_peer():
+    """The teacher→student policy of configs/quadruped-walk-sim2real-student.yaml reads its last 15 observations;
+    deploy keeps that history, and the student walks at the command on the peer (measured 0.04 m/s error)."""
+    config = DeployConfig(source=GO2_STUDENT, robot="go2", peer="sim", seconds=5.0, velocity_command=(0.5, 0.0, 0.0))
+    done = deploy(config, say=lambda line: None)
+    assert ExportedPolicy(GO2_STUDENT).history_len == 15
+    assert done.report.final_mode == "normal"
+    assert done.verdict.error is not None and done.verdict.error < 0.25, done.verdict.line
+
 
 @pytest.mark.parametrize("wire", [[], ["--simulator-bridge"]], ids=["robot", "simulator-bridge"])
 def test_deploy_walks_the_go2_peer_and_records_the_episode(tmp_path, capsys, wire):

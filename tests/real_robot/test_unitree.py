@@ -24,7 +24,7 @@ from policyforge.real_robot.peers.go2_sim import FACTS_PERIOD_S
 from policyforge.real_robot.peers.process import free_domain_id, simulated_peer, stop_process
 from policyforge.real_robot.peers.unitree_mujoco import SETTLE_S
 from policyforge.real_robot.robot import Command
-from tests.real_robot.conftest import GO2_POLICY, PEER_START_S, Peer, running_go2_peer
+from tests.real_robot.conftest import ASSETS, GO2_POLICY, PEER_START_S, Peer, running_go2_peer
 
 SDK_CHECKOUT = os.environ.get("POLICYFORGE_UNITREE_SDK2_PYTHON")
 MUJOCO_CHECKOUT = os.environ.get("POLICYFORGE_UNITREE_MUJOCO")
@@ -106,9 +106,11 @@ def test_unitrees_low_level_stand_example_runs_unmodified_against_the_peer(tmp_p
 
 
 @pytest.mark.skipif(not MUJOCO_CHECKOUT, reason="POLICYFORGE_UNITREE_MUJOCO: no unitree_mujoco checkout")
-def test_deploy_walks_the_go2_on_unitrees_simulator(tmp_path, capsys):
-    """The shipped walking policy through the DDS driver on Unitree's own MuJoCo simulator and bridge (crc 0,
-    frozen tick, zeros first): it stands up and walks backwards (their scene has steps 1.1 m ahead) without falling."""
+@pytest.mark.parametrize("policy", [GO2_POLICY, ASSETS / "quadruped-walk-student.onnx"], ids=["ppo", "student"])
+def test_deploy_walks_the_go2_on_unitrees_simulator(tmp_path, capsys, policy):
+    """The shipped walking policy, and the proprioceptive-history student of the sim-to-real recipe, through the
+    DDS driver on Unitree's own MuJoCo simulator and bridge (crc 0, frozen tick, zeros first): each stands up and
+    walks backwards (their scene has steps 1.1 m ahead) without falling."""
     facts_path, domain = tmp_path / "unitree.json", free_domain_id()
     command = [sys.executable, "-m", "policyforge.real_robot.peers.unitree_mujoco", "--checkout", MUJOCO_CHECKOUT]
     command += ["--domain-id", str(domain), "--stats", str(facts_path)]
@@ -117,7 +119,7 @@ def test_deploy_walks_the_go2_on_unitrees_simulator(tmp_path, capsys):
         on_the_floor = lambda f: f["sim_seconds"] > 2 * SETTLE_S  # noqa: E731
         Peer(domain, facts_path).wait_for(on_the_floor, timeout=PEER_START_S)
         code = main(
-            ["deploy", str(GO2_POLICY), "--robot", "go2", "--interface", "lo", "--domain-id", str(domain),
+            ["deploy", str(policy), "--robot", "go2", "--interface", "lo", "--domain-id", str(domain),
              "--simulator-bridge", "--command=-0.4,0,0", "--seconds", "5"]
         )  # fmt: skip
         walked = json.loads(facts_path.read_text())

@@ -53,6 +53,7 @@ def test_a_move_from_rest_takes_the_time_optimal_profile_and_does_not_overshoot(
     assert optimal <= arrived * DT <= optimal + 3 * DT, (arrived * DT, optimal)
     assert positions[:, 0].max() < 1.0 + 2e-3  # at most a discretisation's worth past the target
     assert positions[:, 1].min() > -0.3 - 2e-3
+    assert velocities[arrived:, 0].max() == 0.0  # at rest once there
 
 
 def test_the_joints_arrive_together():
