@@ -44,6 +44,11 @@ class Actuators:
         """1 for actuators on a joint (their speed is the joint's), 0 for others (no speed limit applies)."""
         self.saturation = self.no_load_speed = None
         if config.model == "dc_motor":
+            unlimited = [model.actuator(i).name for i in np.flatnonzero(~model.actuator_forcelimited.astype(bool))]
+            if unlimited:  # MuJoCo clamps a force only where forcelimited is set
+                raise ConfigError(
+                    "sim.actuator.model", f"dc_motor needs force-limited actuators; task {task}'s {unlimited} are not"
+                )
             self.saturation, self.no_load_speed = self._curve(config, model.nu, curve, task)
         if delay is not None and max(delay) >= decimation:
             raise ConfigError(

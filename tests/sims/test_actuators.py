@@ -115,6 +115,10 @@ def test_the_actuator_model_runs_the_same_on_mjx():
         ({"randomization": RandomizationConfig(command_delay_steps=(0, 4))}, "command_delay_steps"),
         ({"task": "arm-reach", "actuator": DC_MOTOR}, "saturation_torque"),
         ({"actuator": ActuatorConfig(model="dc_motor", no_load_speed=[1.0, 2.0])}, "no_load_speed"),
+        (
+            {"task": "pendulum-swingup", "actuator": ActuatorConfig("dc_motor", [1.0], [5.0])},
+            "dc_motor needs force-limited actuators",
+        ),
     ],
 )
 def test_bad_actuator_options_are_refused_naming_the_field(sim, field):
