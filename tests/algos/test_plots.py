@@ -20,6 +20,7 @@ EXPECTED = {  # the end of a recipe's file name → its method's name
     "vla-ppo-flow": "ReinFlow",
     "vla-distill": "DAgger (gaussian student)",
     "vla-distill-wrist": "DAgger (flow student)",
+    "sim2real-student": "DAgger (gaussian student)",
     "dppo": "DPPO",
     "reinflow": "ReinFlow",
     "flow-sde": "Flow-SDE",
