@@ -268,9 +268,11 @@ class MjxProgram:
 
         def one_step(d: mjx.Data, step: jax.Array) -> tuple[mjx.Data, None]:
             ctrl = actuators.ctrl_at(step, previous[None], new[None], delay[None], jnp)[0]
-            limits = actuators.torque_range(d.qvel[None], strength[None], jnp)[0].astype(self.float)
-            stepped = self._mj_step(model.replace(actuator_forcerange=limits), d.replace(ctrl=ctrl))
-            return stepped, None
+            stepped_model = model
+            if actuators.saturation is not None:  # the curve moves the limits; otherwise the randomiser set them
+                limits = actuators.torque_range(d.qvel[None], strength[None], jnp)[0].astype(self.float)
+                stepped_model = model.replace(actuator_forcerange=limits)
+            return self._mj_step(stepped_model, d.replace(ctrl=ctrl)), None
 
         data, _ = lax.scan(one_step, data, jnp.arange(self.task.control_decimation))
         data = data.replace(ctrl=new)

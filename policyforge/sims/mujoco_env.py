@@ -133,7 +133,7 @@ class MujocoVecEnv(VecEnv):
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         action = validate_action(action, self.num_envs, self.action_dim)
         task = self.task
-        previous = self._state_fields["ctrl"].copy()
+        previous = self._state_fields["ctrl"].copy() if self.actuators.per_physics_step else None
         self._state_fields["ctrl"][:], self.vars = task.actuate(action, self.state, np)
         if self.randomizer.push_dofs is not None:  # the interval event
             push = self.randomizer.push(self.episodes.lengths, self.control_dt, NumpySampler(self.rng), np)
@@ -212,7 +212,7 @@ class MujocoVecEnv(VecEnv):
     def state(self) -> TaskState:
         return TaskState(self.phys, self.vars)
 
-    def _physics_step(self, previous: np.ndarray) -> None:
+    def _physics_step(self, previous: np.ndarray | None) -> None:
         """One control step of physics; with an actuator model acting within it (`sims/actuators.py`), one physics
         step at a time: the delayed command, the torque limits at the joints' speed. `previous`: the controls
         [N, nu] of the last control step."""
@@ -223,11 +223,13 @@ class MujocoVecEnv(VecEnv):
             else:
                 ctrl, qvel, actuators = self._state_fields["ctrl"], self._state_fields["qvel"], self.actuators
                 new, strength, delay = ctrl.copy(), self.vars["dr_strength"], self.vars["dr_delay"]
-                forcerange = self.batch.expand("actuator_forcerange")
-                self._expanded_fields.add("actuator_forcerange")
+                if actuators.saturation is not None:  # the curve moves the limits; otherwise the randomiser set them
+                    forcerange = self.batch.expand("actuator_forcerange")
+                    self._expanded_fields.add("actuator_forcerange")
                 for step in range(decimation):
                     ctrl[:] = actuators.ctrl_at(step, previous, new, delay, np)
-                    forcerange[:] = actuators.torque_range(qvel, strength, np)
+                    if actuators.saturation is not None:
+                        forcerange[:] = actuators.torque_range(qvel, strength, np)
                     self.batch.step(nstep=1, stage=stage)
                 ctrl[:] = new
         except mujoco.batch.SimulationError as err:
