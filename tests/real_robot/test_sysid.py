@@ -12,14 +12,14 @@ import pytest
 from policyforge.bench.sysid import KNOWN
 from policyforge.config import ConfigError
 from policyforge.real_robot.peers.go2_model import JointPhysics
-from policyforge.real_robot.sysid import Excitation, Recording, fit, record_peer, replay_error
+from policyforge.real_robot.sysid import BOUNDS, Excitation, Recording, fit, record_peer, replay_error
 
 
 def test_the_fit_recovers_a_peers_known_joint_parameters(tmp_path):
     recording = record_peer(KNOWN, Excitation(seconds=4.0), tmp_path)
     recording.save(tmp_path / "recording.npz")
     recording = Recording.load(tmp_path / "recording.npz")
-    fitted = fit(recording, evaluations=300)
+    fitted = fit(recording)  # the default budget: at 300 replays CMA-ES stopped short of the optimum 1 time in 5
     physics, model_error = fitted.physics, replay_error(recording, JointPhysics())
     assert fitted.error_rad < model_error / 5, (fitted, model_error)  # go2.xml's joints replay it far worse
     assert physics.damping == pytest.approx(KNOWN.damping, rel=0.2), physics
@@ -53,7 +53,12 @@ def test_the_sysid_commands_record_the_hanging_peer_and_fit_it(tmp_path, capsys)
     fitted = json.loads(printed.strip().splitlines()[-1])
     assert f"sim.task_options.joint_damping={fitted['damping']:.3g}" in printed  # to train on what was found
     assert set(fitted) == {"damping", "armature", "frictionloss", "motor_strength", "command_delay", "error_rad"}
-    assert fitted["error_rad"] < 0.05
+    # the printed error is what the printed joints replay, and 16 replays of CMA-ES have moved well away from the
+    # box's centre they start at (idle: 0.03–0.05 rad against 0.11; the peer's own joints replay it to 0.001)
+    physics = JointPhysics(**{name: fitted[name] for name in BOUNDS})
+    assert fitted["error_rad"] == pytest.approx(replay_error(recording, physics), rel=1e-6)
+    centre = JointPhysics(**{name: (low + high) / 2 for name, (low, high) in BOUNDS.items()})
+    assert fitted["error_rad"] < replay_error(recording, centre) / 2
 
 
 def test_the_fitted_joints_reach_the_training_simulator():
