@@ -81,19 +81,23 @@ class Recording:
     """[S, 12] rad."""
     joint_vel: np.ndarray
     """[S, 12] rad/s."""
+    joint_torque: np.ndarray | None = None
+    """[S, 12] the drive's measured (estimated) torques, N·m; None where the robot reports none (or the recording
+    predates them): what an actuator network is fitted to."""
 
     def save(self, path: Path) -> None:
+        arrays = {name: value for name, value in dataclasses.asdict(self).items() if value is not None}
         with atomic_path(Path(path)) as tmp, open(tmp, "wb") as file:
-            np.savez(file, **dataclasses.asdict(self))
+            np.savez(file, **arrays)
 
     @classmethod
     def load(cls, path: Path) -> Recording:
         names = [field.name for field in dataclasses.fields(cls)]
         with np.load(path, allow_pickle=False) as data:  # never unpickle what a user hands over
-            missing = sorted(set(names) - set(data.files))
+            missing = sorted(set(names) - set(data.files) - {"joint_torque"})
             if missing:
                 raise ConfigError("recording", f"{path} is not a sysid recording: it lacks {missing}")
-            return cls(**{name: data[name] for name in names})
+            return cls(**{name: data[name] for name in names if name in data.files})
 
 
 def record(robot: Robot, excitation: Excitation, settle_seconds: float = 2.0) -> Recording:
@@ -118,11 +122,12 @@ def record(robot: Robot, excitation: Excitation, settle_seconds: float = 2.0) ->
         if t >= 0:
             commands.append((time.monotonic(), sent.position, sent.kp, sent.kd))
             if state.stamp != last_stamp:
-                states.append((state.stamp, state.joint_pos, state.joint_vel))
+                states.append((state.stamp, state.joint_pos, state.joint_vel, state.joint_torque))
         last_stamp = state.stamp
     command_columns = [np.array(column) for column in zip(*commands, strict=True)]
-    state_columns = [np.array(column) for column in zip(*states, strict=True)]
-    return Recording(*command_columns, *state_columns)
+    *state_columns, torques = zip(*states, strict=True)
+    torque = None if any(t is None for t in torques) else np.array(torques)
+    return Recording(*command_columns, *(np.array(column) for column in state_columns), torque)
 
 
 def record_peer(physics: JointPhysics, excitation: Excitation, workdir: Path) -> Recording:

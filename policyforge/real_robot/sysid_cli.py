@@ -16,7 +16,7 @@ from policyforge.config import ConfigError
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    """The `sysid` sub-command: `record` and `fit`."""
+    """The `sysid` sub-command: `record`, `fit` and `actuator-net`."""
     sysid = commands.add_parser("sysid", help="system identification of the Go2's leg joints: record, then fit")
     steps = sysid.add_subparsers(dest="sysid_command", required=True)
     recording = steps.add_parser("record", help="drive a hanging Go2 through an excitation and record it")
@@ -35,6 +35,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     fitting.add_argument("--evaluations", type=int, default=500, help="replays CMA-ES may run")
     fitting.add_argument("--seed", type=int, default=0)
     fitting.set_defaults(run=fit_command)
+    network = steps.add_parser("actuator-net", help="fit an actuator network to a recording's measured torques")
+    network.add_argument("recording", help="a recording written by `sysid record` (with joint torques)")
+    network.add_argument("--out", required=True, help="the network to write (.npz): sim.actuator.network")
+    network.add_argument("--step-seconds", type=float, default=0.005, help="physics step of the simulator, s")
+    network.add_argument("--epochs", type=int, default=100, help="passes over the training samples")
+    network.add_argument("--seed", type=int, default=0)
+    network.set_defaults(run=actuator_net_command)
 
 
 def record_command(args: argparse.Namespace, console: Console) -> int:
@@ -82,6 +89,35 @@ def fit_command(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     console.print(f"train quadruped-walk with it: {training_overrides(result.physics)}", markup=False, soft_wrap=True)
     print(json.dumps({name: getattr(result.physics, name) for name in BOUNDS} | {"error_rad": result.error_rad}))
+    return 0
+
+
+def actuator_net_command(args: argparse.Namespace, console: Console) -> int:
+    from policyforge.real_robot.actuator_fit import ActuatorFitConfig, fit_actuator_net
+    from policyforge.real_robot.sysid import Recording
+    from policyforge.sims.make import make_task
+
+    if not Path(args.recording).is_file():
+        raise ConfigError("recording", f"no file {args.recording}; write one with `policyforge sysid record`")
+    if args.epochs < 1:
+        raise ConfigError("--epochs", f"must be at least 1, got {args.epochs}")
+    recording = Recording.load(Path(args.recording))
+    torque_scale = make_task("quadruped-walk").model.actuator_forcerange[:, 1]
+    config = ActuatorFitConfig(step_seconds=args.step_seconds, epochs=args.epochs, seed=args.seed)
+    result = fit_actuator_net(recording, torque_scale, config)
+    result.net.save(Path(args.out))
+    table = Table(title=f"actuator network fitted to {args.recording} ({result.samples} samples)")
+    table.add_column("held-out torque error, N·m RMS")
+    table.add_column("network")
+    table.add_column("ideal PD law")
+    table.add_row(f"last {config.holdout:.0%} of the recording", f"{result.net_error:.4f}", f"{result.pd_error:.4f}")
+    console.print(table)
+    console.print(
+        f"train quadruped-walk with it: sim.actuator.model=network sim.actuator.network={args.out}",
+        markup=False,
+        soft_wrap=True,
+    )
+    print(json.dumps({"net_error": result.net_error, "pd_error": result.pd_error, "samples": result.samples}))
     return 0
 
 

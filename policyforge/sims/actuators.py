@@ -5,6 +5,12 @@
   every physics step. A DC motor gives its stall torque τ_s at rest and nothing more in the direction of motion at
   its no-load speed ω₀: τ ∈ [−τ_s·(1 + ω/ω₀), τ_s·(1 − ω/ω₀)], within ±forcerange (Isaac Lab's DC motor).
 
+- `network`: an actuator network fitted to a drive's log (`sims/actuator_net.py`) gives the torque from the PD
+  law's terms over the last physics steps (kept per env in the task variable `actuator_history`); the servo is
+  handed the control that makes it give exactly that torque, q + (τ + kd·q̇)/kp, so MuJoCo still clamps it to the
+  forcerange and keeps the damping implicit (with `implicitfast` the torque delivered differs from τ by kd·Δq̇ over
+  the step, as for any implicit damper).
+
 Two event parameters act here as well (`sim.randomization`, drawn per env): `motor_strength` scales the torque a
 motor gives (forcerange and τ_s), and `command_delay_steps` holds the previous control step's command for the
 first k physics steps of each control step (a delayed PD with zero-order hold; k < the control decimation).
@@ -19,7 +25,9 @@ import mujoco
 import numpy as np
 
 from policyforge.config import ConfigError
+from policyforge.sims.actuator_net import FEATURES, ActuatorNet
 from policyforge.sims.config import ActuatorConfig, RandomizationConfig
+from policyforge.sims.randomization import position_servos
 from policyforge.sims.task import Array, Xp
 
 
@@ -57,11 +65,35 @@ class Actuators:
                 "longer delay is an action latency of whole control steps: sim.corruption.action_latency_steps",
             )
         self.delayed = delay is not None and max(delay) > 0
+        self.net = self._network(config, model, task) if config.model == "network" else None
 
     @property
     def per_physics_step(self) -> bool:
-        """Whether the backends must step physics one step at a time (a curve or a delay acts within a control step)."""
-        return self.saturation is not None or self.delayed
+        """Whether the backends must step physics one step at a time (a curve, a delay or a network acts within a
+        control step)."""
+        return self.saturation is not None or self.delayed or self.net is not None
+
+    def reset_vars(self, n: int, xp: Xp) -> dict[str, Array]:
+        """Task variables of n new episodes: `actuator_history` [n, nu, H, FEATURES] for a network (NaN: an
+        episode's first physics step takes its features as its past), none otherwise."""
+        if self.net is None:
+            return {}
+        return {"actuator_history": xp.full((n, len(self.joint_dofs), self.net.history, FEATURES), np.nan)}
+
+    def network_ctrl(
+        self, target: Array, qpos: Array, qvel: Array, history: Array, gains: tuple[Array, Array], xp: Xp
+    ) -> tuple[Array, Array]:
+        """Servo controls [N, nu] that give the network's torque this physics step, and the updated history
+        [N, nu, H, FEATURES], from position targets [N, nu], the state (qpos [N, nq], qvel [N, nv]) and the
+        history; `gains`: the envs' kp and kd scales, [N] each (motor strength scales the forcerange that clamps
+        the torque, as for the other models)."""
+        kp_scale, kd_scale = gains
+        q, qd = qpos[:, self.joint_qpos], qvel[:, self.joint_dofs]
+        kp, kd = xp.asarray(self.kp)[None] * kp_scale[:, None], xp.asarray(self.kd)[None] * kd_scale[:, None]
+        now = self.net.features(target, q, qd, kp, kd, xp)[:, :, None]
+        fresh = xp.isnan(history[:, :1, :1, :1])
+        history = xp.concatenate([now, xp.where(fresh, now, history)[:, :, :-1]], axis=2)
+        return q + (self.net.torque(history, xp) + kd * qd) / kp, history
 
     def ctrl_at(self, step: int | Array, previous: Array, new: Array, delay: Array, xp: Xp) -> Array:
         """Controls [N, nu] at physics step `step` of a control step: the previous command [N, nu] for the first
@@ -96,6 +128,31 @@ class Actuators:
             value = np.broadcast_to(np.asarray(given if given is not None else default, dtype=float), (nu,)).copy()
             values.append(value)
         return values[0], values[1]
+
+    def _network(self, config: ActuatorConfig, model: mujoco.MjModel, task: str) -> ActuatorNet:
+        net = ActuatorNet.load(config.network)
+        if not np.isclose(net.step_seconds, model.opt.timestep, rtol=1e-6):
+            raise ConfigError(
+                "sim.actuator.network",
+                f"{config.network} counts lags in {net.step_seconds} s physics steps; task {task} steps "
+                f"{model.opt.timestep} s: fit it with --step-seconds {model.opt.timestep}",
+            )
+        if len(net.torque_scale) != model.nu or not np.allclose(net.torque_scale, model.actuator_forcerange[:, 1]):
+            raise ConfigError(
+                "sim.actuator.network",
+                f"{config.network} was fitted to motors of τ_max {net.torque_scale.tolist()} N·m; task {task}'s are "
+                f"{model.actuator_forcerange[:, 1].tolist()}",
+            )
+        if not position_servos(model).all():
+            raise ConfigError("sim.actuator.network", f"task {task}'s actuators are not all PD position servos")
+        self.joint_qpos = _actuated_qpos(model)
+        self.kp, self.kd = model.actuator_gainprm[:, 0].copy(), -model.actuator_biasprm[:, 2].copy()
+        return net
+
+
+def _actuated_qpos(model: mujoco.MjModel) -> np.ndarray:
+    """The qpos address [nu] of each actuator's joint."""
+    return np.array([model.jnt_qposadr[model.actuator_trnid[i, 0]] for i in range(model.nu)], dtype=np.int64)
 
 
 def _actuated_dofs(model: mujoco.MjModel) -> np.ndarray:

@@ -128,17 +128,25 @@ class CorruptionConfig:
 class ActuatorConfig:
     """The motors' model (`sim.actuator`)."""
 
-    model: Literal["pd", "dc_motor"] = "pd"
-    """`pd`: torque within the model's forcerange; `dc_motor`: within the torque–speed curve too (sims/actuators.py)."""
+    model: Literal["pd", "dc_motor", "network"] = "pd"
+    """`pd`: torque within the model's forcerange; `dc_motor`: within the torque–speed curve too; `network`: the
+    torque an actuator network fitted to a drive's log gives (sims/actuators.py, sims/actuator_net.py)."""
     saturation_torque: list[float] | None = None
     """`dc_motor`: stall torque τ_s per actuator, N·m (one value: every actuator); None: the task's datasheet values
     (`Task.motor_curve`)."""
     no_load_speed: list[float] | None = None
     """`dc_motor`: ω₀ per actuator, rad/s, where the motor gives no more torque along its motion (one value: every
     actuator); None: the task's datasheet values."""
+    network: str | None = None
+    """`network`: the fitted network's file (.npz, written by `policyforge sysid actuator-net`)."""
 
     def __post_init__(self) -> None:
-        check(self.model in ("pd", "dc_motor"), "model", f"give pd or dc_motor, got {self.model!r}")
+        check(self.model in ("pd", "dc_motor", "network"), "model", f"give pd, dc_motor or network, got {self.model!r}")
+        check(
+            (self.network is not None) == (self.model == "network"),
+            "network",
+            "give the fitted network's file with model: network, and only then",
+        )
         for field in ("saturation_torque", "no_load_speed"):
             for value in getattr(self, field) or []:
                 check_in(value, field, "(0, inf)")

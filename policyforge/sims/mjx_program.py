@@ -117,7 +117,7 @@ class MjxProgram:
         return self._start(data, vars_, fields, key)
 
     def _reset_to(self, key: jax.Array, initial: ResetState) -> tuple[EnvState, dict[str, jax.Array]]:
-        vars_ = dict(initial.vars)
+        vars_ = self.actuators.reset_vars(self.num_envs, jnp) | dict(initial.vars)
         if not all(name in vars_ for name in PARAMS):
             key, sub = jax.random.split(key)
             vars_.update(self.randomizer.sample(JaxSampler(sub), self.num_envs, jnp))
@@ -146,8 +146,11 @@ class MjxProgram:
             data = data.replace(qvel=data.qvel.at[:, self.randomizer.push_dofs].add(push.astype(self.float)))
             state = state._replace(key=key)
         if self.actuators.per_physics_step:
-            drive = (previous, state.vars["dr_delay"], state.vars["dr_strength"])
-            data = self._vmap(self._driven_physics, state.model_fields)(data, *drive)
+            names = ("dr_delay", "dr_kp", "dr_kd", "dr_strength", "actuator_history")
+            drive = [state.vars.get(name, jnp.zeros(n)) for name in names]  # a history only with a network
+            data, history = self._vmap(self._driven_physics, state.model_fields)(data, previous, *drive)
+            if self.actuators.net is not None:
+                state = state._replace(vars={**state.vars, "actuator_history": history})
         else:
             data = self._vmap(self._physics, state.model_fields)(data)
         phys = self._phys(data)
@@ -218,7 +221,7 @@ class MjxProgram:
         from `keep`."""
         sampler = JaxSampler(key)
         initial = self.task.reset(sampler, self.num_envs, jnp)
-        vars_ = dict(initial.vars)
+        vars_ = self.actuators.reset_vars(self.num_envs, jnp) | dict(initial.vars)
         if keep is None:
             params = self.randomizer.sample(sampler, self.num_envs, jnp)
             fields = self._fields(params, jnp)
@@ -260,24 +263,37 @@ class MjxProgram:
         return mjx.sensor_vel(model, mjx.fwd_velocity(model, data))
 
     def _driven_physics(
-        self, model: mjx.Model, data: mjx.Data, previous: jax.Array, delay: jax.Array, strength: jax.Array
-    ) -> mjx.Data:
+        self,
+        model: mjx.Model,
+        data: mjx.Data,
+        previous: jax.Array,
+        delay: jax.Array,
+        kp_scale: jax.Array,
+        kd_scale: jax.Array,
+        strength: jax.Array,
+        history: jax.Array,
+    ) -> tuple[mjx.Data, jax.Array]:
         """`_physics` under an actuator model (`sims/actuators.py`), one env: the previous controls [nu] for the
-        first `delay` physics steps, then `data.ctrl`; the torque limits at the joints' speed before each step."""
-        new, actuators = data.ctrl, self.actuators
+        first `delay` physics steps, then `data.ctrl`; the network's torque from its `history` [nu, H, F] (returned
+        updated), or the torque limits at the joints' speed, before each step."""
+        new, actuators, gains = data.ctrl, self.actuators, (kp_scale[None], kd_scale[None])
 
-        def one_step(d: mjx.Data, step: jax.Array) -> tuple[mjx.Data, None]:
-            ctrl = actuators.ctrl_at(step, previous[None], new[None], delay[None], jnp)[0]
+        def one_step(carry: tuple[mjx.Data, jax.Array], step: jax.Array) -> tuple[tuple[mjx.Data, jax.Array], None]:
+            d, past = carry
+            ctrl = actuators.ctrl_at(step, previous[None], new[None], delay[None], jnp)
+            if actuators.net is not None:
+                ctrl, past = actuators.network_ctrl(ctrl, d.qpos[None], d.qvel[None], past[None], gains, jnp)
+                past = past[0].astype(history.dtype)
             stepped_model = model
             if actuators.saturation is not None:  # the curve moves the limits; otherwise the randomiser set them
                 limits = actuators.torque_range(d.qvel[None], strength[None], jnp)[0].astype(self.float)
                 stepped_model = model.replace(actuator_forcerange=limits)
-            return self._mj_step(stepped_model, d.replace(ctrl=ctrl)), None
+            return (self._mj_step(stepped_model, d.replace(ctrl=ctrl[0].astype(self.float))), past), None
 
-        data, _ = lax.scan(one_step, data, jnp.arange(self.task.control_decimation))
+        (data, history), _ = lax.scan(one_step, (data, history), jnp.arange(self.task.control_decimation))
         data = data.replace(ctrl=new)
         data = mjx.sensor_pos(model, mjx.fwd_position(model, data))
-        return mjx.sensor_vel(model, mjx.fwd_velocity(model, data))
+        return mjx.sensor_vel(model, mjx.fwd_velocity(model, data)), history
 
     def _mj_step(self, model: mjx.Model, data: mjx.Data) -> mjx.Data:
         """`mjx.step`, except that with `implicitfast` an actuator whose force is clamped to its forcerange

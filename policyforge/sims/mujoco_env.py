@@ -226,8 +226,12 @@ class MujocoVecEnv(VecEnv):
                 if actuators.saturation is not None:  # the curve moves the limits; otherwise the randomiser set them
                     forcerange = self.batch.expand("actuator_forcerange")
                     self._expanded_fields.add("actuator_forcerange")
+                gains = (self.vars["dr_kp"], self.vars["dr_kd"])
                 for step in range(decimation):
                     ctrl[:] = actuators.ctrl_at(step, previous, new, delay, np)
+                    if actuators.net is not None:
+                        qpos, history = self._state_fields["qpos"], self.vars["actuator_history"]
+                        ctrl[:], history[:] = actuators.network_ctrl(ctrl, qpos, qvel, history, gains, np)
                     if actuators.saturation is not None:
                         forcerange[:] = actuators.torque_range(qvel, strength, np)
                     self.batch.step(nstep=1, stage=stage)
@@ -263,7 +267,7 @@ class MujocoVecEnv(VecEnv):
         else:
             initial = ResetState(*(None if x is None else _host_copy(x) for x in initial))
         self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
-        new_vars = dict(initial.vars)
+        new_vars = self.actuators.reset_vars(len(ids), np) | dict(initial.vars)
         if resample or not self.vars:
             given = all(name in new_vars for name in PARAMS)
             params = {k: new_vars[k] for k in PARAMS} if given else self.randomizer.sample(sampler, len(ids), np)

@@ -30,7 +30,7 @@ class Randomizer:
 
     def __init__(self, config: RandomizationConfig, model: mujoco.MjModel, root_body: str | None, task: str):
         self.config = config
-        self.pd_actuators = _position_servos(model)
+        self.pd_actuators = position_servos(model)
         if (config.kp_scale or config.kd_scale) and not self.pd_actuators.any():
             raise ConfigError(
                 "sim.randomization.kp_scale",
@@ -164,7 +164,7 @@ class Randomizer:
         return self._table
 
 
-def _position_servos(model: mujoco.MjModel) -> np.ndarray:
+def position_servos(model: mujoco.MjModel) -> np.ndarray:
     """bool [nu]: actuators that are PD position servos (fixed gain kp, affine bias −kp·q − kd·q̇)."""
     fixed = model.actuator_gaintype == mujoco.mjtGain.mjGAIN_FIXED
     affine = model.actuator_biastype == mujoco.mjtBias.mjBIAS_AFFINE
