@@ -57,8 +57,12 @@ class RandomizationConfig:
     command_delay_steps: tuple[int, int] | None = None
     """Command delay in physics steps, drawn per env in [low, high]: the first k physics steps of each control step
     still hold the previous command (less than the control decimation; `sims/actuators.py`)."""
+    terrain_roughness: float | None = None
+    """Rough ground: the top of every terrain tile (quadruped-walk's `terrain_tiles`) raised per env by a height
+    uniform in [0, this], m — steps of up to this size between neighbouring tiles."""
 
     def __post_init__(self) -> None:
+        check_in(self.terrain_roughness, "terrain_roughness", "[0, 0.2]", "a Go2 steps onto 0.1 m at most", " m")
         check_in(self.push_interval_s, "push_interval_s", "(0, 3600]", unit=" s")
         check_in(self.push_velocity, "push_velocity", "[0, 5]", "a push beyond 5 m/s throws a robot", " m/s")
         check_bounds(self.friction, "friction", FRICTION_SCALES)

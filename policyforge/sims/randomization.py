@@ -16,8 +16,10 @@ from policyforge.config import ConfigError
 from policyforge.sims.config import RandomizationConfig
 from policyforge.sims.task import Array, Sampler, Xp
 
-PARAMS = ("dr_friction", "dr_mass", "dr_kp", "dr_kd", "dr_com", "dr_strength", "dr_delay")
-"""Task variables written by the randomiser; 1 (scales) or 0 (offsets, delays) when not randomised."""
+PARAMS = ("dr_friction", "dr_mass", "dr_kp", "dr_kd", "dr_com", "dr_strength", "dr_delay", "dr_terrain")
+"""Task variables written by the randomiser; 1 (scales) or 0 (offsets, delays, tile heights) when not randomised."""
+TERRAIN_PREFIX = "terrain_"
+"""Geoms whose names start with this are terrain tiles (`terrain_roughness` raises them)."""
 
 DERIVED_FIELDS = ("body_invweight0", "dof_invweight0", "body_subtreemass")
 """Model constants mj_setConst derives from masses that constraint softness and sensors depend on."""
@@ -40,6 +42,13 @@ class Randomizer:
             raise ConfigError("sim.randomization.com_offset", f"task {task} names no root body; remove com_offset")
         self.root_body = model.body(root_body).id if root_body else 0
         self.push_dofs = self._push_dofs(model, task) if config.push_interval_s is not None else None
+        self.terrain = np.array([i for i in range(model.ngeom) if model.geom(i).name.startswith(TERRAIN_PREFIX)])
+        """Ids [T] of the terrain tiles."""
+        if config.terrain_roughness is not None and len(self.terrain) == 0:
+            raise ConfigError(
+                "sim.randomization.terrain_roughness",
+                f"task {task} has no terrain tiles to raise; give sim.task_options.terrain_tiles (quadruped-walk)",
+            )
         self._model = model
         self._table: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
         self.base = {
@@ -50,6 +59,7 @@ class Randomizer:
             "actuator_gainprm": model.actuator_gainprm.copy(),
             "actuator_biasprm": model.actuator_biasprm.copy(),
             "actuator_forcerange": model.actuator_forcerange.copy(),
+            "geom_pos": model.geom_pos.copy(),
         }
 
     @property
@@ -59,7 +69,7 @@ class Randomizer:
 
     def sample(self, sampler: Sampler, n: int, xp: Xp) -> dict[str, Array]:
         """Parameters of n envs: `dr_friction`, `dr_mass`, `dr_kp`, `dr_kd`, `dr_strength`, `dr_delay` (whole physics
-        steps) [n] and `dr_com` [n, 3]."""
+        steps) [n], `dr_com` [n, 3] and `dr_terrain` (tile heights, m) [n, T]."""
         cfg = self.config
 
         def scale(bounds: tuple[float, float] | None) -> Array:
@@ -72,7 +82,11 @@ class Randomizer:
         com = xp.zeros((n, 3))
         if cfg.com_offset is not None:
             com = sampler.uniform(-cfg.com_offset, cfg.com_offset, (n, 3))
+        terrain = xp.zeros((n, len(self.terrain)))
+        if cfg.terrain_roughness is not None:
+            terrain = sampler.uniform(0.0, cfg.terrain_roughness, (n, len(self.terrain)))
         return {
+            "dr_terrain": terrain,
             "dr_friction": scale(cfg.friction),
             "dr_mass": scale(cfg.mass_scale),
             "dr_kp": scale(cfg.kp_scale),
@@ -104,6 +118,11 @@ class Randomizer:
             fields["actuator_gainprm"] = xp.asarray(base["actuator_gainprm"]) * (1.0 + (kp - 1.0) * gain_mask)
             factor = (1.0 + (kp - 1.0) * kp_mask) * (1.0 + (kd - 1.0) * kd_mask)
             fields["actuator_biasprm"] = xp.asarray(base["actuator_biasprm"]) * factor
+        if cfg.terrain_roughness is not None:
+            tiles = np.zeros((len(self.terrain), len(base["geom_pos"])))
+            tiles[np.arange(len(self.terrain)), self.terrain] = 1.0
+            raise_by = params["dr_terrain"] @ xp.asarray(tiles)  # [n, ngeom]
+            fields["geom_pos"] = xp.asarray(base["geom_pos"]) + raise_by[:, :, None] * xp.asarray([0.0, 0.0, 1.0])
         if cfg.motor_strength is not None:
             fields["actuator_forcerange"] = (
                 xp.asarray(base["actuator_forcerange"]) * params["dr_strength"][:, None, None]

@@ -13,7 +13,8 @@ import mujoco
 import numpy as np
 
 from policyforge.config import check, check_bounds, check_in
-from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp
+from policyforge.sims.randomization import TERRAIN_PREFIX
+from policyforge.sims.task import Array, ResetState, Sampler, Task, TaskConfig, TaskState, Xp, asset_path
 from policyforge.sims.xmath import projected_gravity
 
 LEGS = ("FR", "FL", "RR", "RL")
@@ -71,6 +72,42 @@ def set_leg_joints(
             getattr(model, field)[dofs] = value
 
 
+FLOOR_BELOW_TILES = 0.01
+"""With terrain tiles the floor lies this far below their (unraised) tops, m: deeper than a foot sinks into the
+tiles (1–2 mm), so that it touches them alone."""
+
+
+START_PAD = (0.24, 0.2)
+"""Half extents (x, y) of the ground under a standing Go2's feet at the start, m: tiles reaching into it are the
+start pad, never raised (a robot reset onto a raised tile would start with its feet inside it)."""
+
+
+def add_terrain_tiles(spec: mujoco.MjSpec, tiles: int, size: float) -> None:
+    """An n × n grid of `size` m box tiles on the floor, centred on the origin, tops at z = 0, named
+    `terrain_<i>` (the randomiser raises them: `sim.randomization.terrain_roughness`) or, under the start,
+    `start_pad_<i>`."""
+    depth = 0.2  # a tile raised by the largest roughness still reaches down to the floor
+    if tiles:  # under the tiles the feet touch the tiles alone, not a coincident floor too
+        spec.geom("floor").pos = [0.0, 0.0, -FLOOR_BELOW_TILES]
+        # the world body's bounding-volume tree is built at compile time around the unraised tiles: a foot above
+        # it would be culled before its tile is tested; without the midphase every pair the broadphase (on the
+        # geoms' current positions) passes is tested
+        spec.option.disableflags |= mujoco.mjtDisableBit.mjDSBL_MIDPHASE
+    for i in range(tiles * tiles):
+        row, column = divmod(i, tiles)
+        centre = ((np.array([row, column]) - (tiles - 1) / 2) * size).tolist()
+        under_start = all(abs(c) - size / 2 < pad for c, pad in zip(centre, START_PAD, strict=True))
+        spec.worldbody.add_geom(
+            name=f"start_pad_{i}" if under_start else f"{TERRAIN_PREFIX}{i}",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=[size / 2, size / 2, depth / 2],
+            pos=[*centre, -depth / 2],
+            contype=0,
+            conaffinity=1,
+            rgba=[0.3, 0.35, 0.4, 1.0] if (row + column) % 2 else [0.25, 0.3, 0.35, 1.0],
+        )
+
+
 @dataclasses.dataclass
 class QuadrupedConfig(TaskConfig):
     """Options of `quadruped-walk`."""
@@ -107,6 +144,11 @@ class QuadrupedConfig(TaskConfig):
     """Rotor inertia at every leg joint, kg·m² (None: go2.xml's 0.01, calves 0.02)."""
     joint_frictionloss: float | None = None
     """Dry friction of every leg joint, N·m (None: go2.xml's 0)."""
+    terrain_tiles: int = 0
+    """Rough ground: an n × n grid of square tiles centred on the start, flush with the floor until
+    `sim.randomization.terrain_roughness` raises each per env; 0: the flat floor alone."""
+    terrain_tile_size: float = 0.5
+    """Side of a terrain tile, m (a Go2's stride is about 0.3 m); the tiles under the start stay flat."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -131,6 +173,8 @@ class QuadrupedConfig(TaskConfig):
         check_in(self.joint_damping, "joint_damping", "[0, 10]", unit=" N·m·s/rad")
         check_in(self.joint_armature, "joint_armature", "[0, 1]", unit=" kg·m²")
         check_in(self.joint_frictionloss, "joint_frictionloss", "[0, 10]", unit=" N·m")
+        check_in(self.terrain_tiles, "terrain_tiles", "[0, 40]", "each tile is a geom the feet collide with")
+        check_in(self.terrain_tile_size, "terrain_tile_size", "[0.05, 5]", unit=" m")
 
 
 class QuadrupedWalk(Task):
@@ -144,7 +188,9 @@ class QuadrupedWalk(Task):
 
     @classmethod
     def load_model(cls, config: QuadrupedConfig) -> mujoco.MjModel:
-        model = super().load_model(config)
+        spec = mujoco.MjSpec.from_file(str(asset_path(cls.xml_file)))
+        add_terrain_tiles(spec, config.terrain_tiles, config.terrain_tile_size)
+        model = spec.compile()
         set_leg_joints(model, config.joint_damping, config.joint_armature, config.joint_frictionloss)
         return model
 
