@@ -20,6 +20,7 @@ import numpy as np
 from policyforge.config import ConfigError
 from policyforge.io import atomic_path
 from policyforge.real_robot.peers.go2_model import JointPhysics, SimulatedGo2
+from policyforge.real_robot.realtime import realtime
 from policyforge.real_robot.robot import Command, Robot
 from policyforge.real_robot.safety import SafetyFilter
 from policyforge.sims.tasks.quadruped import STAND_QPOS
@@ -100,9 +101,18 @@ class Recording:
             return cls(**{name: data[name] for name in names if name in data.files})
 
 
-def record(robot: Robot, excitation: Excitation, settle_seconds: float = 2.0) -> Recording:
+def record(
+    robot: Robot, excitation: Excitation, settle_seconds: float = 2.0, realtime_priority: int | None = None
+) -> Recording:
     """Drive a connected robot through `excitation` at RATE_HZ, every command through the safety filter, after
-    `settle_seconds` moving to its start; returns what was sent and measured during the excitation."""
+    `settle_seconds` moving to its start; returns what was sent and measured during the excitation.
+    `realtime_priority`: run the loop under SCHED_FIFO at this priority where permitted (`realtime.py`): on a
+    busy computer an ordinary thread misses ticks, and the recording then holds half the states and late commands."""
+    with realtime(priority=realtime_priority):
+        return _record(robot, excitation, settle_seconds)
+
+
+def _record(robot: Robot, excitation: Excitation, settle_seconds: float) -> Recording:
     safety, period = SafetyFilter(robot.spec), 1.0 / RATE_HZ
     start_pose, first = robot.observe().joint_pos.copy(), excitation.command(0.0)
     commands, states, last_stamp = [], [], None
@@ -130,6 +140,11 @@ def record(robot: Robot, excitation: Excitation, settle_seconds: float = 2.0) ->
     return Recording(*command_columns, *(np.array(column) for column in state_columns), torque)
 
 
+RECORD_PRIORITY = 80
+"""SCHED_FIFO priority of the recording loop in `record_peer` and `sysid record --realtime` (the peers run at 90,
+as a robot's own computer would)."""
+
+
 def record_peer(physics: JointPhysics, excitation: Excitation, workdir: Path) -> Recording:
     """Start the simulated Go2 with `physics` (hanging), record `excitation` on it through the driver, stop it."""
     from policyforge.real_robot.go2 import Go2, Go2Config
@@ -147,7 +162,7 @@ def record_peer(physics: JointPhysics, excitation: Excitation, workdir: Path) ->
         # pause and then catch up, which no model of a robot replays
         robot_computer_for_the_peers()
         with Go2(Go2Config(domain_id=domain)) as robot:
-            return record(robot, excitation)
+            return record(robot, excitation, realtime_priority=RECORD_PRIORITY)
 
 
 def replay(recording: Recording, physics: JointPhysics, segment_seconds: float = 1.0) -> np.ndarray:

@@ -27,6 +27,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     recording.add_argument("--seconds", type=float, default=8.0, help="length of the excitation")
     recording.add_argument("--motion-mode-released", action="store_true", help="hardware: sport mode released")
     recording.add_argument(
+        "--realtime", action="store_true", help="the recording loop under SCHED_FIFO (root or CAP_SYS_NICE)"
+    )
+    recording.add_argument(
         "--hanging", action="store_true", help="hardware: the robot hangs on a gantry, feet clear of the ground"
     )
     recording.set_defaults(run=record_command)
@@ -47,7 +50,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def record_command(args: argparse.Namespace, console: Console) -> int:
     from policyforge.real_robot.go2 import Go2, Go2Config
     from policyforge.real_robot.peers.go2_model import JointPhysics
-    from policyforge.real_robot.sysid import Excitation, record, record_peer
+    from policyforge.real_robot.sysid import RECORD_PRIORITY, Excitation, record, record_peer
 
     if args.peer is None and not args.hanging:
         raise ConfigError(
@@ -64,7 +67,8 @@ def record_command(args: argparse.Namespace, console: Console) -> int:
     else:
         config = Go2Config(args.interface, args.domain_id, motion_mode_released=args.motion_mode_released)
         with Go2(config) as robot:
-            recording = record(robot, Excitation(seconds=args.seconds))
+            priority = RECORD_PRIORITY if args.realtime else None
+            recording = record(robot, Excitation(seconds=args.seconds), realtime_priority=priority)
     recording.save(Path(args.out))
     console.print(f"{len(recording.command_time)} commands and {len(recording.state_time)} states → {args.out}")
     return 0

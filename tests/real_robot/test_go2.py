@@ -297,6 +297,6 @@ def test_the_loop_measures_the_action_latency_and_a_delayed_state_adds_to_it(tmp
     latency = report.latency_ms
     assert len(latency) == report.policy_steps >= 100
     before, after = np.median(latency[: len(latency) // 3]), np.median(latency[-len(latency) // 3 :])
-    assert 0 < before < 10, before  # the state's age (≤ a tick) and the policy's few ms
+    assert 0 < before < 20, before  # the state's age (≤ a tick) and the policy's few ms (11 with every core busy)
     # 20 ms more, and a little over: a late state also waits in the peer's queue and for the loop's tick
     assert 18 <= after - before <= 35, (before, after)
