@@ -5,8 +5,10 @@ to the recording with CMA-ES (`real_robot.sysid.fit`).
 
     policyforge bench sysid [--seconds 8] [--evaluations 500] [--seeds 0 1 2] [--out runs/sysid]
 
-Prints, per parameter, the peer's true value, go2.xml's, and the fitted one per seed with its error; and the
-replay error (RMS joint position) of go2.xml's model and of the fitted one. The last line is JSON.
+Prints, per parameter, the peer's true value, go2.xml's, and the fitted one per seed with its error; the
+replay error (RMS joint position) of go2.xml's model and of the fitted one; and the held-out torque error of an
+actuator network fitted to the same recording (`real_robot.actuator_fit`) against the PD law's. The last line is
+JSON.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from policyforge.real_robot.actuator_fit import ActuatorFitConfig, fit_actuator_net
 from policyforge.real_robot.peers.go2_model import JointPhysics, SimulatedGo2
 from policyforge.real_robot.sysid import BOUNDS, Excitation, fit, record_peer, replay_error
+from policyforge.sims.make import make_task
 
 KNOWN = JointPhysics(damping=0.5, armature=0.03, frictionloss=0.2, motor_strength=0.85, command_delay=0.01, hang=True)
 """The peer's leg joints (go2.xml: damping 0.1, armature 0.01 (calves 0.02), no dry friction, full strength, no
@@ -53,6 +57,8 @@ def main(argv: list[str] | None = None) -> None:
             recording.save(args.out / f"recording-s{seed}.npz")
         started = time.monotonic()
         fitted = fit(recording, args.evaluations, seed)
+        torque_scale = make_task("quadruped-walk").model.actuator_forcerange[:, 1]
+        network = fit_actuator_net(recording, torque_scale, ActuatorFitConfig(seed=seed))
         fits.append(
             {
                 "seed": seed,
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
                 "known_error_rad": replay_error(recording, dataclasses.replace(KNOWN, hang=False)),
                 "fit_seconds": time.monotonic() - started,
                 "states": len(recording.state_time),
+                "actuator_net_torque_error": network.net_error,
+                "pd_law_torque_error": network.pd_error,
             }
         )
     table = Table(title=f"system identification: the hanging Go2 peer, {args.seconds:g} s excitation per seed")
@@ -77,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     mean = lambda key: f"{np.mean([f[key] for f in fits]):.4f}"  # noqa: E731
     replays = (f"{f['fit_error_rad']:.4f}" for f in fits)
     table.add_row("replay error, rad RMS", mean("known_error_rad"), mean("model_error_rad"), *replays, "")
+    torques = (f"{f['actuator_net_torque_error']:.3f} (PD law {f['pd_law_torque_error']:.3f})" for f in fits)
+    table.add_row("actuator net: held-out torque error, N·m RMS", "", "", *torques, "")
     console.print(table)
     summary = {"known": {name: getattr(KNOWN, name) for name in BOUNDS}, "mean_abs_error": errors, "fits": fits}
     print(json.dumps(summary))

@@ -19,7 +19,7 @@ from policyforge.config import ConfigError
 from policyforge.sims.actuators import actuators_of
 from policyforge.sims.config import ActuatorConfig, RandomizationConfig
 from policyforge.sims.episodes import EpisodeCounters, end_step, where_rows
-from policyforge.sims.randomization import PARAMS, Randomizer
+from policyforge.sims.randomization import Randomizer
 from policyforge.sims.task import NumpySampler, ResetState, Task, TaskState
 
 MJX_SENSORS = frozenset(
@@ -118,10 +118,10 @@ class MjxProgram:
 
     def _reset_to(self, key: jax.Array, initial: ResetState) -> tuple[EnvState, dict[str, jax.Array]]:
         vars_ = self.actuators.reset_vars(self.num_envs, jnp) | dict(initial.vars)
-        if not all(name in vars_ for name in PARAMS):
+        if not all(name in vars_ for name in self.randomizer.params):
             key, sub = jax.random.split(key)
             vars_.update(self.randomizer.sample(JaxSampler(sub), self.num_envs, jnp))
-        fields = self._fields({name: vars_[name] for name in PARAMS}, jnp)
+        fields = self._fields({name: vars_[name] for name in self.randomizer.params}, jnp)
         return self._start(self._initialize(initial, fields), vars_, fields, key)
 
     def _reset_envs(self, state: EnvState, mask: jax.Array) -> tuple[EnvState, dict[str, jax.Array]]:
@@ -226,7 +226,7 @@ class MjxProgram:
             params = self.randomizer.sample(sampler, self.num_envs, jnp)
             fields = self._fields(params, jnp)
         else:
-            params, fields = {name: keep.vars[name] for name in PARAMS}, keep.model_fields
+            params, fields = {name: keep.vars[name] for name in self.randomizer.params}, keep.model_fields
         vars_.update(params)
         return self._initialize(initial, fields), vars_, fields
 

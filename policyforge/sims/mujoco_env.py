@@ -18,7 +18,7 @@ from policyforge.sims import render as _render  # sets MUJOCO_GL before mujoco i
 from policyforge.sims.actuators import actuators_of
 from policyforge.sims.config import ActuatorConfig, ImageConfig, RandomizationConfig
 from policyforge.sims.episodes import EpisodeCounters, end_step
-from policyforge.sims.randomization import PARAMS, Randomizer
+from policyforge.sims.randomization import Randomizer
 from policyforge.sims.task import NumpySampler, ResetState, Task, TaskState
 from policyforge.sims.vec_env import (
     Obs,
@@ -269,8 +269,12 @@ class MujocoVecEnv(VecEnv):
         self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
         new_vars = self.actuators.reset_vars(len(ids), np) | dict(initial.vars)
         if resample or not self.vars:
-            given = all(name in new_vars for name in PARAMS)
-            params = {k: new_vars[k] for k in PARAMS} if given else self.randomizer.sample(sampler, len(ids), np)
+            given = all(name in new_vars for name in self.randomizer.params)
+            params = (
+                {k: new_vars[k] for k in self.randomizer.params}
+                if given
+                else self.randomizer.sample(sampler, len(ids), np)
+            )
             for name, values in self.randomizer.model_fields(params, np).items():
                 self.batch.expand(name)[ids] = values
                 self._expanded_fields.add(name)

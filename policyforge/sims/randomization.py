@@ -16,8 +16,9 @@ from policyforge.config import ConfigError
 from policyforge.sims.config import RandomizationConfig
 from policyforge.sims.task import Array, Sampler, Xp
 
-PARAMS = ("dr_friction", "dr_mass", "dr_kp", "dr_kd", "dr_com", "dr_strength", "dr_delay", "dr_terrain")
-"""Task variables written by the randomiser; 1 (scales) or 0 (offsets, delays, tile heights) when not randomised."""
+PARAMS = ("dr_friction", "dr_mass", "dr_kp", "dr_kd", "dr_com", "dr_strength", "dr_delay")
+"""Task variables written by the randomiser; 1 (scales) or 0 (offsets, delays) when not randomised. A task with
+terrain tiles has `dr_terrain` too (`Randomizer.params`)."""
 TERRAIN_PREFIX = "terrain_"
 """Geoms whose names start with this are terrain tiles (`terrain_roughness` raises them)."""
 
@@ -63,13 +64,18 @@ class Randomizer:
         }
 
     @property
+    def params(self) -> tuple[str, ...]:
+        """The task variables `sample` writes: PARAMS, and `dr_terrain` where the model has terrain tiles."""
+        return (*PARAMS, "dr_terrain") if len(self.terrain) else PARAMS
+
+    @property
     def changes_mass(self) -> bool:
         """Whether derived constants (mj_setConst) must be recomputed after applying the fields."""
         return self.config.mass_scale is not None or self.config.com_offset is not None
 
     def sample(self, sampler: Sampler, n: int, xp: Xp) -> dict[str, Array]:
         """Parameters of n envs: `dr_friction`, `dr_mass`, `dr_kp`, `dr_kd`, `dr_strength`, `dr_delay` (whole physics
-        steps) [n], `dr_com` [n, 3] and `dr_terrain` (tile heights, m) [n, T]."""
+        steps) [n], `dr_com` [n, 3] and, with terrain tiles, `dr_terrain` (tile heights, m) [n, T]."""
         cfg = self.config
 
         def scale(bounds: tuple[float, float] | None) -> Array:
@@ -82,11 +88,12 @@ class Randomizer:
         com = xp.zeros((n, 3))
         if cfg.com_offset is not None:
             com = sampler.uniform(-cfg.com_offset, cfg.com_offset, (n, 3))
-        terrain = xp.zeros((n, len(self.terrain)))
+        terrain = {}
         if cfg.terrain_roughness is not None:
-            terrain = sampler.uniform(0.0, cfg.terrain_roughness, (n, len(self.terrain)))
-        return {
-            "dr_terrain": terrain,
+            terrain["dr_terrain"] = sampler.uniform(0.0, cfg.terrain_roughness, (n, len(self.terrain)))
+        elif len(self.terrain):
+            terrain["dr_terrain"] = xp.zeros((n, len(self.terrain)))
+        return terrain | {
             "dr_friction": scale(cfg.friction),
             "dr_mass": scale(cfg.mass_scale),
             "dr_kp": scale(cfg.kp_scale),
