@@ -64,6 +64,11 @@ class Corruption(VecEnvWrapper):
         self._new_episodes(self._rows, obs["policy"])
         return {**obs, "policy": self._seen()}
 
+    def reset_to(self, initial: Any) -> Obs:
+        obs = self.env.reset_to(initial)
+        self._new_episodes(self._rows, obs["policy"])
+        return {**obs, "policy": self._seen()}
+
     def reset_envs(self, env_ids: Any) -> Obs:
         obs = self.env.reset_envs(env_ids)
         ids = torch.as_tensor(np.asarray(env_ids), dtype=torch.long, device=self.env.device)

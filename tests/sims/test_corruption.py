@@ -3,12 +3,14 @@ actions (same seed, same physics)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from policyforge.config import ConfigError, from_dict
 from policyforge.sims.config import CorruptionConfig, SimConfig
 from policyforge.sims.make import make_env, make_task
+from policyforge.sims.task import NumpySampler
 
 TERMS = make_task("quadruped-walk").observation_terms()
 N = 32
@@ -71,6 +73,25 @@ def test_action_latency_applies_the_action_of_k_steps_ago():
     actions = small_actions(20)
     for previous, action in zip([torch.zeros(N, 12), *actions[:-1]], actions, strict=True):
         clean_obs, *_ = clean.step(previous)
+        seen, *_ = corrupted.step(action)
+        assert torch.allclose(seen["critic"], clean_obs["critic"], atol=1e-5)
+
+
+def test_an_env_reset_to_a_given_state_draws_its_corruption_too():
+    """`reset_to` starts new episodes like `reset`: latencies and bias drawn, history forgotten (it once kept the
+    latencies of construction, all zero, so bench sim2sim-table's +20 ms column measured no latency)."""
+    clean, _, corrupted, _ = twins(action_latency_steps=(2, 2), bias={"joint_pos": 0.05})
+    corrupted.step(torch.ones(N, 12))  # history the new episodes must forget
+    corrupted.action_latency.zero_()
+    corrupted.bias.zero_()
+    initial = clean.task.reset(NumpySampler(np.random.default_rng(3)), N, np)
+    clean_obs, seen = clean.reset_to(initial), corrupted.reset_to(initial)
+    assert torch.all(corrupted.action_latency == 2)
+    bias = seen["policy"][:, TERMS["joint_pos"]] - clean_obs["policy"][:, TERMS["joint_pos"]]
+    assert bias.abs().max().item() <= 0.05 and bias.std().item() > 0.01
+    actions = small_actions(10)
+    for step, action in enumerate(actions):
+        clean_obs, *_ = clean.step(actions[step - 2] if step >= 2 else torch.zeros(N, 12))
         seen, *_ = corrupted.step(action)
         assert torch.allclose(seen["critic"], clean_obs["critic"], atol=1e-5)
 
