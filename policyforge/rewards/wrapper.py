@@ -84,11 +84,11 @@ class RewardWrapper(VecEnvWrapper):
 
     def reset(self, seed: int | None = None) -> Obs:
         self._settle()
-        obs = self.env.reset(seed)
-        self._restart(torch.ones(self.num_envs, dtype=torch.bool))
-        self.undelivered.zero_()
-        self.steps = 0
-        return obs
+        return self._all_restarted(self.env.reset(seed))
+
+    def reset_to(self, initial: Any) -> Obs:
+        self._settle()
+        return self._all_restarted(self.env.reset_to(initial))
 
     def reset_envs(self, env_ids: Any) -> Obs:
         self._settle()
@@ -195,6 +195,12 @@ class RewardWrapper(VecEnvWrapper):
         if self.pending is not None:
             self._resolve(self.pending)
             self.pending = None
+
+    def _all_restarted(self, obs: Obs) -> Obs:
+        self._restart(torch.ones(self.num_envs, dtype=torch.bool))
+        self.undelivered.zero_()
+        self.steps = 0
+        return obs
 
     def _restart(self, envs: torch.Tensor) -> None:
         self.fresh[envs] = True

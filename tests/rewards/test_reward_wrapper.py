@@ -140,3 +140,17 @@ def test_an_env_that_does_not_render_what_the_model_reads_is_refused_naming_the_
         wrapped(small)
     with pytest.raises(ConfigError, match=r"^sim.reward_model.every: .*score every 2 steps \(got 1\)"):
         wrapped(reward_model=model(window=2, stride=2), every=1)
+
+
+def test_reset_to_a_given_state_starts_every_episode_afresh_like_reset():
+    """After `reset_to`, a dense reward is a progress difference from zero again, and an episode's return starts
+    from zero (it once kept the previous episodes' progress and returns)."""
+    import numpy as np
+
+    from policyforge.sims.task import NumpySampler
+
+    env = wrapped(every=1)
+    roll(env, 7)  # part-way through the first episodes: progress and returns carried
+    env.reset_to(env.task.reset(NumpySampler(np.random.default_rng(5)), SIM.num_envs, np))
+    _, reward, *_, info = env.step(actions(1)[0])
+    torch.testing.assert_close(reward, info["reward_terms"]["model_progress"], rtol=0, atol=1e-6)
