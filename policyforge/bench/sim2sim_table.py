@@ -11,8 +11,10 @@ m/s for the command (0.5, 0, 0) m/s in simulation and on the peer, (−0.4, 0, 0
 a step 1.1 m ahead of the robot); falls count terminated episodes (simulation) or falls (unitree_mujoco). Held-out:
 the mean over four models the policies never saw as such — friction ×0.7 with masses ×1.3, friction ×1.3 with
 masses ×0.7, 20 ms more action latency, and motors at 70% of their torque (DC-motor curve). The last line is one
-JSON object {"quadruped": {"a": {"train", "heldout", "go2_peer", "unitree_mujoco", "unitree_mujoco_falls"}, ...},
-"arm_reach_franky_error_m": {"before", "after"}} (means over seeds; null where not run).
+JSON object {"quadruped": {"a": {"train", "heldout", "go2_peer", "unitree_mujoco", "unitree_mujoco_falls", each
+held-out model's error by name, "std", "worst_loss", "seeds": [per-seed cells]}, ...}, "arm_reach_franky_error_m":
+{"before", "after"}} (means over seeds; null where not run). `worst_loss` is the issue's target measure: the largest
+error / training-simulator error − 1 over the held-out models, the peer and unitree_mujoco.
 """
 
 from __future__ import annotations
@@ -111,24 +113,49 @@ def _error(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def quadruped_row(paths: list[Path], seconds: float, checkout: Path | None) -> dict:
-    """Means over one policy per seed of every column."""
-    cells: dict[str, list[float]] = {}
+def seed_cells(path: Path, seconds: float, checkout: Path | None) -> dict[str, float]:
+    """Every column for one exported policy: errors (m/s) and falls."""
+    train, train_falls = sim_error(path, seconds)
+    held = {name: sim_error(path, seconds, **sim) for name, sim in HELD_OUT.items()}
+    cells = {"train": train, "train_falls": train_falls}
+    cells.update({name: error for name, (error, _) in held.items()})
+    cells["heldout"] = float(np.mean([error for error, _ in held.values()]))
+    cells["heldout_falls"] = sum(falls for _, falls in held.values())
+    cells["go2_peer"] = peer_error(path, seconds)
+    if checkout is not None:
+        cells["unitree_mujoco"], cells["unitree_mujoco_falls"] = unitree_error(path, seconds, checkout)
+    return cells
+
+
+def quadruped_row(paths: list[Path], seconds: float, checkout: Path | None, say=print) -> dict:
+    """Means over one policy per seed of every column, with each seed's cells (`seeds`) and the largest loss
+    against the training simulator over the held-out columns (`worst_loss`: error / train error − 1)."""
+    seeds = []
     for path in paths:
-        train, train_falls = sim_error(path, seconds)
-        held = [sim_error(path, seconds, **sim) for sim in HELD_OUT.values()]
-        values = {
-            "train": train,
-            "train_falls": train_falls,
-            "heldout": float(np.mean([e for e, _ in held])),
-            "heldout_falls": sum(f for _, f in held),
-            "go2_peer": peer_error(path, seconds),
-        }
-        if checkout is not None:
-            values["unitree_mujoco"], values["unitree_mujoco_falls"] = unitree_error(path, seconds, checkout)
-        for name, value in values.items():
-            cells.setdefault(name, []).append(value)
-    return {name: float(np.mean(values)) for name, values in cells.items()}
+        seeds.append(seed_cells(path, seconds, checkout))
+        say(f"{path}: " + json.dumps({k: round(v, 3) for k, v in seeds[-1].items()}))
+    row: dict = {name: float(np.mean([cells[name] for cells in seeds])) for name in seeds[0]}
+    row["std"] = {name: float(np.std([cells[name] for cells in seeds])) for name in ERROR_COLUMNS if name in row}
+    held_out = [name for name in (*HELD_OUT, "go2_peer", "unitree_mujoco") if name in row]
+    row["worst_loss"] = max(row[name] / row["train"] - 1.0 for name in held_out)
+    row["seeds"] = seeds
+    return row
+
+
+ERROR_COLUMNS = ("train", *HELD_OUT, "heldout", "go2_peer", "unitree_mujoco")
+FALL_COLUMNS = ("train_falls", "heldout_falls", "unitree_mujoco_falls")
+
+
+def quadruped_table(rows: dict[str, dict], seconds: float) -> Table:
+    """Mean ± std over seeds of each error column, falls per seed (mean), the worst loss."""
+    table = Table(title=f"quadruped-walk: planar tracking error (m/s) over {seconds:g} s, mean ± std over seeds")
+    for column in ("row", "seeds", *ERROR_COLUMNS, "falls (train / held-out / unitree)", "worst loss"):
+        table.add_column(column)
+    for name, row in rows.items():
+        errors = [f"{row[c]:.3f} ± {row['std'][c]:.3f}" if c in row else "—" for c in ERROR_COLUMNS]
+        falls = " / ".join(f"{row[c]:g}" if c in row else "—" for c in FALL_COLUMNS)
+        table.add_row(name, str(len(row["seeds"])), *errors, falls, f"{row['worst_loss']:+.0%}")
+    return table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,18 +168,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arm-goals", type=int, default=6)
     args = parser.parse_args(argv)
     console, result = Console(), {"quadruped": {}, "arm_reach_franky_error_m": None}
-    columns = ["train", "heldout", "go2_peer", "unitree_mujoco", "unitree_mujoco_falls", "train_falls", "heldout_falls"]
-    table = Table(title=f"quadruped-walk: planar tracking error (m/s) over {args.seconds:g} s, mean over seeds")
-    for column in ("row", "seeds", *columns):
-        table.add_column(column)
     for row in "abc":
-        paths = getattr(args, row)
-        if not paths:
-            continue
-        cells = quadruped_row(paths, args.seconds, args.unitree_mujoco)
-        result["quadruped"][row] = cells
-        table.add_row(row, str(len(paths)), *(f"{cells[c]:.3f}" if c in cells else "—" for c in columns))
-    console.print(table)
+        if getattr(args, row):
+            result["quadruped"][row] = quadruped_row(getattr(args, row), args.seconds, args.unitree_mujoco)
+    console.print(quadruped_table(result["quadruped"], args.seconds))
     if args.arm:
         from policyforge.bench import arm_transfer
 
@@ -169,6 +188,8 @@ def _no_nan(value):
     """`value` with NaN (not measured, or every robot fell) as null, for strict JSON."""
     if isinstance(value, dict):
         return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
