@@ -95,6 +95,21 @@ class Policy(nn.Module, abc.ABC):
         """Deterministic actions [B, H, A]: `sample` with the noise switched off."""
         return self.sample(obs, noise_scale=0.0).action
 
+    noise_shape: tuple[int, int] | None = None
+    """(H, A) of the noise a generative policy's sampler starts from (`act_from_noise`); None: not generative."""
+    noise_bound: float = 3.0
+    """Largest |noise| element a steering policy should choose: 3 std of the N(0, I) prior the sampler was trained
+    from (DSRL bounds its noise-space actions likewise); beyond it the base sees starts it never learnt from."""
+
+    def act_from_noise(self, obs: Obs, noise: torch.Tensor) -> torch.Tensor:
+        """Deterministic actions [B, H, A] of the sampler started from `noise` [B, H, A] instead of a draw of its
+        prior, the rest of the chain noiseless: what a steering policy acting in the noise space runs (DSRL). `act`
+        is this from zero noise. Generative policies (diffusion, flow, VLA) only."""
+        raise TypeError(
+            f"{type(self).__name__} is not a generative policy: it has no starting noise to steer "
+            "(steer a diffusion, flow or VLA policy)"
+        )
+
     @abc.abstractmethod
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """Supervised loss (scalar) of demonstrated actions [B, H, A]."""

@@ -161,9 +161,17 @@ class ChunkedPolicy(Policy):
         encoder = self.base["encoder"] if frozen and self.base is not None else self.encoder
         return encoder(state, image)
 
-    def initial_latent(self, cond: torch.Tensor, noise_scale: float) -> torch.Tensor:
-        """The chain's start [B, H, A]: N(0, noise_scale²·I), all zeros without noise. Shapes come from `cond`
-        [B, C] so that exported graphs keep a free batch size."""
+    def initial_latent(self, cond: torch.Tensor, noise_scale: float, start: torch.Tensor | None = None) -> torch.Tensor:
+        """The chain's start [B, H, A]: `start` where given (`act_from_noise`), else N(0, noise_scale²·I), all zeros
+        without noise. Shapes come from `cond` [B, C] so that exported graphs keep a free batch size."""
+        if start is not None:
+            expected = (cond.shape[0], self.chunk_len, self.action_dim)
+            if tuple(start.shape) != expected:
+                raise ValueError(
+                    f"steering noise of shape {list(start.shape)} does not fit the base policy "
+                    f"({type(self).__name__}), which starts from noise [B, H, A] = {list(expected)}"
+                )
+            return start.to(cond.dtype)
         zeros = cond.flatten(1)[:, :1, None].expand(-1, self.chunk_len, self.action_dim) * 0
         return zeros + noise_scale * torch.randn_like(zeros) if noise_scale else zeros
 
@@ -212,11 +220,21 @@ class ChunkedPolicy(Policy):
         self.encoder.normalizer.update(obs[self.obs_key])
 
     @abc.abstractmethod
-    def sample(self, obs: Obs, noise_scale: float = 1.0, score: bool = True) -> Sample:
-        """As `Policy.sample`; `score=False` skips the log-probability (`act` needs only the action)."""
+    def sample(
+        self, obs: Obs, noise_scale: float = 1.0, score: bool = True, start: torch.Tensor | None = None
+    ) -> Sample:
+        """As `Policy.sample`; `score=False` skips the log-probability (`act` needs only the action); `start`
+        [B, H, A]: the chain's start instead of a draw (`act_from_noise`)."""
 
     def act(self, obs: Obs) -> torch.Tensor:
         return self.sample(obs, noise_scale=0.0, score=False).action
+
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        return (self.chunk_len, self.action_dim)
+
+    def act_from_noise(self, obs: Obs, noise: torch.Tensor) -> torch.Tensor:
+        return self.sample(obs, noise_scale=0.0, score=False, start=noise).action
 
     def example_obs(self, batch: int) -> Obs:
         obs = {self.obs_key: torch.zeros(batch, self.n_obs_steps, self.state_dim)}

@@ -144,10 +144,12 @@ class DiffusionPolicy(ChunkedPolicy):
         std = noise_scale * _at_least(sigma, self.config.min_std)
         return mean, std.expand_as(mean) if isinstance(std, torch.Tensor) else torch.full_like(mean, std)
 
-    def sample(self, obs: Obs, noise_scale: float = 1.0, score: bool = True) -> Sample:
+    def sample(
+        self, obs: Obs, noise_scale: float = 1.0, score: bool = True, start: torch.Tensor | None = None
+    ) -> Sample:
         conditions = self._conditions(obs, self.steps)
         features = self.step_features(conditions, self._t, [0.0] * self.steps)
-        x = self.initial_latent(conditions[0], noise_scale)
+        x = self.initial_latent(conditions[0], noise_scale, start)
         chain, log_prob = [x], torch.zeros_like(x[:, 0, 0])
         for k in range(self.steps):
             coefficients = self.coefficients(k)

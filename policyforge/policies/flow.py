@@ -200,12 +200,14 @@ class FlowPolicy(ChunkedPolicy):
         drift = velocity * (1 + sigma**2 * (1 - s) / (2 * s)) - x * sigma**2 / (2 * s)
         return x + drift * dt, (sigma * math.sqrt(dt)).expand_as(x)
 
-    def sample(self, obs: Obs, noise_scale: float = 1.0, score: bool = True) -> Sample:
+    def sample(
+        self, obs: Obs, noise_scale: float = 1.0, score: bool = True, start: torch.Tensor | None = None
+    ) -> Sample:
         conditions = self._conditions(obs, self.steps)
         times = [k / self.steps for k in range(self.steps)]
         delta = 0.0 if self.config.variant == "rectified" else 1.0 / self.steps
         features = self.step_features(conditions, times, [delta] * self.steps)
-        x = self.initial_latent(conditions[0], noise_scale * self.config.initial_noise)
+        x = self.initial_latent(conditions[0], noise_scale * self.config.initial_noise, start)
         one_step = self.config.stochastic_steps == "one"
         chosen = torch.randint(self.frozen_steps, self.steps, x.shape[:1], device=x.device) if one_step else None
         chain, log_prob = [x], x[:, 0, 0] * 0

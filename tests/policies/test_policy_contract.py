@@ -129,6 +129,28 @@ def test_act_is_sample_without_noise(policy):
     assert noisy.abs().max() <= 1.0
 
 
+def test_act_from_noise_starts_the_sampler_at_the_given_noise(policy):
+    """The steering half of the contract (DSRL): a generative policy's sampler started at chosen noise, the rest of
+    the chain noiseless; `act` is it from zero noise; other policies say they have no noise to steer."""
+    obs = observations(policy)
+    policy.eval()
+    if policy.noise_shape is None:
+        with pytest.raises(TypeError, match=f"{type(policy).__name__} is not a generative policy"):
+            policy.act_from_noise(obs, torch.zeros(BATCH, policy.chunk_len, ACTION_DIM))
+        return
+    assert policy.noise_shape == (policy.chunk_len, ACTION_DIM)
+    assert torch.equal(policy.act_from_noise(obs, torch.zeros(BATCH, *policy.noise_shape)), policy.act(obs))
+    noise = torch.randn(BATCH, *policy.noise_shape, generator=torch.Generator().manual_seed(4))
+    steered = policy.act_from_noise(obs, noise)
+    assert torch.equal(steered, policy.act_from_noise(obs, noise))  # deterministic given the noise
+    assert steered.abs().max() <= 1.0 and not torch.allclose(steered, policy.act(obs), atol=1e-4)
+    chain = policy.sample(obs, noise_scale=0.0, start=noise).chain
+    path = chain["path"] if isinstance(chain, dict) else chain
+    assert torch.equal(path[:, 0], noise)
+    with pytest.raises(ValueError, match=r"noise of shape \[64, 3\] does not fit .*\[B, H, A\] = \[64, \d+, 3\]"):
+        policy.act_from_noise(obs, noise[:, 0])
+
+
 def test_log_prob_rescores_the_sampled_chain(policy):
     obs = observations(policy)
     policy.eval()
