@@ -1,0 +1,144 @@
+"""Steering a frozen generative policy through the noise its sampler starts from (DSRL: Wagenmaker et al. 2025,
+"Steering Your Diffusion Policy with Latent Space RL"), as an environment any RL algorithm can act in.
+
+`NoiseSteeredEnv` turns a VecEnv and a frozen diffusion, flow or VLA `base` into a VecEnv whose action is the
+base's starting noise: an action [N, H·A] in [-1, 1] is the noise [N, H, A] times `noise_bound`; one step of the
+wrapper plans the base's chunk from that noise (`Policy.act_from_noise`, the rest of the chain noiseless) on the
+base's own observation history and executes its first `act_steps` actions. The steering policy never changes the
+base's parameters and needs nothing from it but the contract (a black box: DSRL-NA steers π0 the same way).
+
+A wrapper step is one decision, as in PPO's chunked rollouts (`algos.ppo`): its reward is the discounted sum
+Σ γ^i r_i of the executed steps up to the first episode end; an env whose episode ends mid-chunk reports that end
+(terminated / truncated, its statistics and `final_obs` at that step) and runs the rest of the chunk in its new
+episode, whose steps belong to no decision. An algorithm acting here discounts decisions by γ^act_steps. A second
+end within the same decision (episodes shorter than a chunk) is not reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from policyforge.config import ConfigError
+from policyforge.policies.base import Policy
+from policyforge.sims.vec_env import Obs, StepResult, VecEnv
+from policyforge.sims.wrapper import VecEnvWrapper
+
+
+class NoiseSteeredEnv(VecEnvWrapper):
+    """`env` acted in through the starting noise of the frozen generative policy `base` (module docstring)."""
+
+    def __init__(self, env: VecEnv, base: Policy, noise_bound: float | None = None, gamma: float = 0.99):
+        super().__init__(env)
+        if base.noise_shape is None:
+            raise ConfigError(
+                "algo.steer", f"the base policy is a {type(base).__name__}, which has no starting noise to steer: "
+                "steer a diffusion, flow or VLA run"
+            )  # fmt: skip
+        if base.action_dim != env.action_dim:
+            raise ConfigError(
+                "algo.steer", f"the base policy acts in {base.action_dim} dimensions, the environment in "
+                f"{env.action_dim}: steer a policy trained on this task"
+            )  # fmt: skip
+        self.base = base.eval().requires_grad_(False)
+        self.noise_bound = base.noise_bound if noise_bound is None else float(noise_bound)
+        self.gamma = gamma
+        self.action_dim = int(np.prod(base.noise_shape))
+        self.act_steps = base.act_steps
+        self.history = base.input_state(env.num_envs)
+        self._obs: Obs | None = None
+
+    def reset(self, seed: int | None = None) -> Obs:
+        return self._restarted(self.env.reset(seed))
+
+    def reset_to(self, initial: Any) -> Obs:
+        return self._restarted(self.env.reset_to(initial))
+
+    def reset_envs(self, env_ids: Any) -> Obs:
+        self._obs = self.env.reset_envs(env_ids)
+        restarted = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        restarted[torch.as_tensor(np.atleast_1d(np.asarray(env_ids, dtype=np.int64)))] = True
+        self.history.restart(restarted)
+        return self._obs
+
+    def noise(self, action: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """The base's starting noise [N, H, A] of steering actions [N, H·A] in [-1, 1]."""
+        action = torch.as_tensor(action, dtype=torch.float32, device=self.device)
+        if action.shape != (self.num_envs, self.action_dim):
+            raise ValueError(
+                f"steering actions of shape {list(action.shape)}: this environment takes [N, H·A] = "
+                f"[{self.num_envs}, {self.action_dim}] (the base's noise {list(self.base.noise_shape)}, flattened)"
+            )
+        return action.clamp(-1.0, 1.0).view(self.num_envs, *self.base.noise_shape) * self.noise_bound
+
+    @torch.no_grad()
+    def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
+        if self._obs is None:
+            raise RuntimeError("NoiseSteeredEnv: reset() before step()")
+        chunk = self.base.act_from_noise(self.history.push(self._obs), self.noise(action))
+        n, device = self.num_envs, self.device
+        total, done = torch.zeros(n, device=device), torch.zeros(n, dtype=torch.bool, device=device)
+        terminated, truncated = torch.zeros_like(done), torch.zeros_like(done)
+        decision_info: dict[str, Any] | None = None
+        for i in range(self.act_steps):
+            obs, reward, step_terminated, step_truncated, info = self.env.step(chunk[:, i])
+            live = ~done
+            total += self.gamma**i * reward * live
+            ended_now = (step_terminated | step_truncated) & live
+            terminated |= step_terminated & live
+            truncated |= step_truncated & live
+            decision_info = _merged(decision_info, info, live, ended_now)
+            done |= ended_now
+            self.history.restart(step_terminated | step_truncated)
+            if i < self.act_steps - 1:  # the next step still belongs to this decision
+                self.history.push(obs)
+        assert decision_info is not None  # act_steps ≥ 1
+        final = decision_info["final_obs"]
+        decision_info["final_obs"] = {k: torch.where(_rows(done, v), v, obs[k]) for k, v in final.items()}
+        self._obs = obs
+        return obs, total, terminated, truncated, decision_info
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The base's observation history and the last observation (checkpoints continue exactly)."""
+        obs = {} if self._obs is None else {f"obs.{k}": v.clone() for k, v in self._obs.items()}
+        return {**{f"history.{k}": v for k, v in self.history.state_dict().items()}, **obs}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.history.load_state_dict(
+            {k.removeprefix("history."): v for k, v in state.items() if k.startswith("history.")}
+        )
+        obs = {k.removeprefix("obs."): v.clone() for k, v in state.items() if k.startswith("obs.")}
+        self._obs = obs or None
+
+    def _restarted(self, obs: Obs) -> Obs:
+        self.history.restart(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+        self._obs = obs
+        return obs
+
+
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """`mask` [N] broadcast over the trailing axes of `like` [N, ...]."""
+    return mask.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _merged(so_far: dict[str, Any] | None, info: dict[str, Any], live: torch.Tensor, ended: torch.Tensor) -> dict:
+    """The decision's info after one more executed step: reward terms summed over the live steps, each env's
+    episode statistics, final observation and success flag taken at its first episode end (`ended` [N]), the
+    success flag of envs still running from the latest step."""
+    if so_far is None:
+        so_far = {
+            "final_obs": {k: v.clone() for k, v in info["final_obs"].items()},
+            "episode": {k: torch.zeros_like(v) for k, v in info["episode"].items()},
+            "reward_terms": {k: torch.zeros_like(v) for k, v in info["reward_terms"].items()},
+        }
+    for name, value in info["reward_terms"].items():
+        so_far["reward_terms"][name] += value * live
+    for name, value in info["episode"].items():
+        so_far["episode"][name] = torch.where(ended, value, so_far["episode"][name])
+    for name, value in info["final_obs"].items():
+        so_far["final_obs"][name] = torch.where(_rows(ended, value), value, so_far["final_obs"][name])
+    if "success" in info:
+        so_far["success"] = torch.where(live, info["success"], so_far.get("success", info["success"]))
+    return so_far

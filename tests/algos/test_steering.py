@@ -1,0 +1,101 @@
+"""NoiseSteeredEnv (DSRL's noise-space environment, algos/steering.py) on pendulum-swingup with a small flow
+policy as the frozen base, against a twin env driven by the base itself (`ChunkedActor`): zero noise is the base's
+own behaviour step for step (until an episode ends mid-chunk: the wrapper runs the chunk out there, as PPO's
+rollouts do, where the base's actor plans anew), a decision's reward is the discounted sum of its executed steps
+up to an episode end mid-chunk, the wrapper keeps the VecEnv contract, and what cannot be steered is refused
+naming the setting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from policyforge.algos.steering import NoiseSteeredEnv
+from policyforge.config import ConfigError
+from policyforge.policies.chunked import ChunkConfig
+from policyforge.policies.denoisers import DenoiserConfig
+from policyforge.policies.flow import FlowConfig, FlowPolicy
+from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
+from policyforge.policies.rollout import ChunkedActor
+from policyforge.sims.config import SimConfig
+from policyforge.sims.make import make_env
+from policyforge.sims.vec_env import check_step_result
+
+N, GAMMA = 6, 0.9
+SIM = SimConfig(task="pendulum-swingup", num_envs=N, num_threads=1, task_options={"episode_seconds": 0.35})
+"""7-step episodes: with 2 actions a decision, every fourth decision ends its episode after its first step."""
+
+
+def base_policy(env) -> FlowPolicy:
+    torch.manual_seed(0)
+    config = FlowConfig(chunk=ChunkConfig(n_obs_steps=2, horizon=4, act_steps=2), steps=3,
+                        denoiser=DenoiserConfig(hidden=[32, 32], time_dim=8))  # fmt: skip
+    return FlowPolicy(env.obs_shapes["policy"][0], env.action_dim, config)
+
+
+def test_zero_noise_is_the_bases_own_behaviour_and_rewards_are_discounted_up_to_the_episode_end():
+    twin = make_env(SIM, seed=0)
+    base = base_policy(twin)
+    steered = NoiseSteeredEnv(make_env(SIM, seed=0), base, gamma=GAMMA)
+    assert steered.action_dim == 4 * 1 and steered.act_steps == 2
+    obs, twin_obs, actor = steered.reset(seed=0), twin.reset(seed=0), ChunkedActor(base, N)
+    for decision in range(10):
+        result = steered.step(torch.zeros(N, steered.action_dim))
+        check_step_result(steered, result)
+        obs, reward, terminated, truncated, info = result
+        expected, done = torch.zeros(N), torch.zeros(N, dtype=torch.bool)
+        for i in range(2):
+            twin_obs, twin_reward, twin_term, twin_trunc, twin_info = twin.step(actor(twin_obs))
+            actor.episodes_ended(twin_term | twin_trunc)
+            expected += GAMMA**i * twin_reward * ~done
+            ended_now = (twin_term | twin_trunc) & ~done
+            if ended_now.any():
+                assert torch.equal(info["final_obs"]["policy"][ended_now], twin_info["final_obs"]["policy"][ended_now])
+                assert torch.equal(info["episode"]["return"][ended_now], twin_info["episode"]["return"][ended_now])
+            done |= ended_now
+        if decision < 3:  # after an end mid-chunk the twin's actor plans anew; the wrapper runs out its chunk
+            torch.testing.assert_close(obs["policy"], twin_obs["policy"])
+        torch.testing.assert_close(reward, expected)
+        assert torch.equal(truncated, done) and not terminated.any()
+        if decision == 3:  # the 7th step ends each episode: the first of this decision's two
+            assert done.all() and torch.equal(info["episode"]["length"], torch.full((N,), 7, dtype=torch.int32))
+            break
+    ends = 0
+    for _ in range(8):  # the steps after an end belong to the new episode: it ends 7 steps after the last
+        _, _, _, truncated, info = steered.step(torch.zeros(N, steered.action_dim))
+        ends += int(truncated.sum())
+        assert torch.equal(
+            info["episode"]["length"][truncated], torch.full((int(truncated.sum()),), 7, dtype=torch.int32)
+        )
+    assert ends == 2 * N
+
+
+def test_steering_noise_changes_the_bases_actions_within_the_bound_and_never_its_parameters():
+    env = make_env(SIM, seed=0)
+    base = base_policy(env)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    steered = NoiseSteeredEnv(env, base, noise_bound=1.5, gamma=GAMMA)
+    steered.reset(seed=0)
+    action = torch.full((N, steered.action_dim), 4.0)  # beyond [-1, 1]: clamped, then scaled by the bound
+    torch.testing.assert_close(steered.noise(action), torch.full((N, 4, 1), 1.5))
+    obs = steered.reset(seed=0)
+    chunk = base.act_from_noise(base.input_state(N).push(obs), steered.noise(action))
+    assert not torch.allclose(chunk, base.act(base.input_state(N).push(obs)))
+    steered.step(action)
+    assert all(torch.equal(v, before[k]) for k, v in base.state_dict().items())
+
+
+def test_what_cannot_be_steered_is_refused_naming_the_setting():
+    env = make_env(SIM, seed=0)
+    gaussian = GaussianPolicy(env.obs_shapes["policy"][0], env.action_dim, GaussianConfig(hidden=[8]))
+    with pytest.raises(ConfigError, match=r"algo.steer: the base policy is a GaussianPolicy, which has no starting"):
+        NoiseSteeredEnv(env, gaussian)
+    other = FlowPolicy(env.obs_shapes["policy"][0], 3, FlowConfig(denoiser=DenoiserConfig(hidden=[8], time_dim=8)))
+    with pytest.raises(ConfigError, match=r"algo.steer: the base policy acts in 3 dimensions, the environment in 1"):
+        NoiseSteeredEnv(env, other)
+    steered = NoiseSteeredEnv(env, base_policy(env))
+    steered.reset(seed=0)
+    with pytest.raises(
+        ValueError, match=r"steering actions of shape \[6, 1\]: this environment takes \[N, H·A\] = \[6, 4\]"
+    ):
+        steered.step(torch.zeros(N, 1))
