@@ -89,7 +89,7 @@ class PPO(Algorithm):
         """Time spent in env.step, and in the teacher's decisions, during the current rollout."""
 
     def steps_per_iteration(self, env: VecEnv) -> int:
-        return env.num_envs * self.config.rollout_steps * self.act_steps
+        return env.num_envs * self.config.rollout_steps * self.act_steps * env.env_steps_per_step
 
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
         start = time.perf_counter()

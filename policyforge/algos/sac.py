@@ -115,7 +115,7 @@ class SAC(Algorithm):
         self.transitions, self.updates, self._update_credit = 0, 0, 0.0
 
     def steps_per_iteration(self, env: VecEnv) -> int:
-        return env.num_envs * self.config.steps_per_iteration
+        return env.num_envs * self.config.steps_per_iteration * env.env_steps_per_step
 
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
         cfg, metrics = self.config, {}

@@ -7,11 +7,15 @@ wrapper plans the base's chunk from that noise (`Policy.act_from_noise`, the res
 base's own observation history and executes its first `act_steps` actions. The steering policy never changes the
 base's parameters and needs nothing from it but the contract (a black box: DSRL-NA steers π0 the same way).
 
-A wrapper step is one decision, as in PPO's chunked rollouts (`algos.ppo`): its reward is the discounted sum
-Σ γ^i r_i of the executed steps up to the first episode end; an env whose episode ends mid-chunk reports that end
-(terminated / truncated, its statistics and `final_obs` at that step) and runs the rest of the chunk in its new
-episode, whose steps belong to no decision. An algorithm acting here discounts decisions by γ^act_steps. A second
-end within the same decision (episodes shorter than a chunk) is not reported.
+A wrapper step is one decision, as in PPO's chunked rollouts (`algos.ppo`): its reward is the sum of the executed
+steps' rewards up to the first episode end (undiscounted within the decision: the algorithm's `gamma` discounts
+decisions, as DSRL and Q-chunking treat a chunk as one action); an env whose episode ends mid-chunk reports that
+end (terminated / truncated, its statistics and `final_obs` at that step) and runs the rest of the chunk in its
+new episode, whose steps belong to no decision. A second end within the same decision (episodes shorter than a
+chunk) is not reported.
+
+`sim.steer` (`SteerConfig`) turns it on for a run: `make_env` wraps every env the run makes (training,
+evaluation, video) with `with_steering`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 
 from policyforge.config import ConfigError
 from policyforge.policies.base import Policy
+from policyforge.sims.config import SimConfig
 from policyforge.sims.vec_env import Obs, StepResult, VecEnv
 from policyforge.sims.wrapper import VecEnvWrapper
 
@@ -30,7 +35,7 @@ from policyforge.sims.wrapper import VecEnvWrapper
 class NoiseSteeredEnv(VecEnvWrapper):
     """`env` acted in through the starting noise of the frozen generative policy `base` (module docstring)."""
 
-    def __init__(self, env: VecEnv, base: Policy, noise_bound: float | None = None, gamma: float = 0.99):
+    def __init__(self, env: VecEnv, base: Policy, noise_bound: float | None = None):
         super().__init__(env)
         if base.noise_shape is None:
             raise ConfigError(
@@ -43,10 +48,11 @@ class NoiseSteeredEnv(VecEnvWrapper):
                 f"{env.action_dim}: steer a policy trained on this task"
             )  # fmt: skip
         self.base = base.eval().requires_grad_(False)
-        self.noise_bound = base.noise_bound if noise_bound is None else float(noise_bound)
-        self.gamma = gamma
+        self.noise_bound = float(noise_bound or base.noise_bound)
         self.action_dim = int(np.prod(base.noise_shape))
-        self.act_steps = base.act_steps
+        self.act_steps = self.env_steps_per_step = base.act_steps
+        self.control_dt = env.control_dt * base.act_steps
+        self.episode_steps = -(-env.episode_steps // base.act_steps)
         self.history = base.input_state(env.num_envs)
         self._obs: Obs | None = None
 
@@ -85,7 +91,7 @@ class NoiseSteeredEnv(VecEnvWrapper):
         for i in range(self.act_steps):
             obs, reward, step_terminated, step_truncated, info = self.env.step(chunk[:, i])
             live = ~done
-            total += self.gamma**i * reward * live
+            total += reward * live
             ended_now = (step_terminated | step_truncated) & live
             terminated |= step_terminated & live
             truncated |= step_truncated & live
@@ -116,6 +122,31 @@ class NoiseSteeredEnv(VecEnvWrapper):
         self.history.restart(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         self._obs = obs
         return obs
+
+
+def with_steering(env: VecEnv, sim: SimConfig) -> NoiseSteeredEnv:
+    """`env` (made from `sim`) acted in through the noise of `sim.steer.base`'s policy; ConfigError naming
+    sim.steer.base for a run of another task or one whose policy reads observations this env does not have."""
+    from policyforge.algos.loaded import load
+
+    steer = sim.steer
+    base = load(steer.base, steer.checkpoint)
+    if base.config.sim.task != sim.task:
+        trained = base.config.sim.task
+        raise ConfigError("sim.steer.base", f"{steer.base} was trained on {trained}, this run is {sim.task}")
+    for key in base.policy.obs_keys:
+        shape = env.obs_shapes.get(key)
+        if shape is not None and tuple(shape) != tuple(base.obs_shapes[key]):
+            raise ConfigError(
+                "sim.steer.base", f"{steer.base}'s policy reads obs[{key!r}] of shape {list(base.obs_shapes[key])}, "
+                f"this env's is {list(shape)}: give the run the base run's sim settings (task_options, image)"
+            )  # fmt: skip
+        if shape is None:
+            raise ConfigError(
+                "sim.steer.base", f"{steer.base}'s policy reads obs[{key!r}], which this env does not observe: give "
+                "the run the base run's sim settings (image, instructions)"
+            )  # fmt: skip
+    return NoiseSteeredEnv(env, base.policy, steer.noise_bound or None)
 
 
 def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

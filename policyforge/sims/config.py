@@ -187,6 +187,28 @@ class ImageConfig:
 
 
 @dataclasses.dataclass
+class SteerConfig:
+    """Act through the starting noise of a frozen generative policy (DSRL, `algos.steering`): the env's action
+    becomes that policy's noise, one step one of its decisions. Off while `base` is empty."""
+
+    base: str = ""
+    """A training run of a diffusion, flow or VLA policy on this task (e.g. a BC run) whose policy is steered and
+    never changed; empty: the env's own actions."""
+    checkpoint: str = "best"
+    """Which of the base run's checkpoints: best, latest, or N env steps (`policyforge eval --checkpoint`)."""
+    noise_bound: float = 0.0
+    """An action of ±1 is noise of ±noise_bound; 0: the base's own bound (`Policy.noise_bound`, 3 std of the
+    prior). DSRL steers within about 1–2.5."""
+
+    def __post_init__(self) -> None:
+        check_in(self.noise_bound, "noise_bound", "[0, 10]", "0: the base's own; beyond 10 std the base never learnt")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.base)
+
+
+@dataclasses.dataclass
 class SimConfig:
     """Which task to simulate, where, and how many copies."""
 
@@ -214,6 +236,9 @@ class SimConfig:
     """Observation noise, bias, latency and dropped frames, and action latency (sim-to-real); off by default."""
     actuator: ActuatorConfig = dataclasses.field(default_factory=ActuatorConfig)
     """The motors' model: ideal PD (default) or a DC motor's torque–speed curve (sim-to-real)."""
+    steer: SteerConfig = dataclasses.field(default_factory=SteerConfig)
+    """Steer a frozen generative policy through its starting noise (DSRL): the env's actions become its noise;
+    off unless `steer.base` is set."""
 
     def __post_init__(self) -> None:
         check_in(self.num_envs, "num_envs", f"[1, {MAX_ENVS}]")

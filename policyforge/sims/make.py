@@ -27,7 +27,8 @@ def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
     """The VecEnv a `SimConfig` describes, reset with `seed`; a task that draws instructions also observes them as
     token ids (`obs["instruction"]`, `instruction_obs.InstructionObs`); with `sim.reward_model` its reward is the
     model's (`rewards.wrapper.RewardWrapper`); with `sim.corruption` its policy observation and its actions are
-    corrupted (`corruption.Corruption`)."""
+    corrupted (`corruption.Corruption`); with `sim.steer` its actions are a frozen generative policy's starting
+    noise (`algos.steering.NoiseSteeredEnv`)."""
     from policyforge.sims.instruction_obs import with_instructions
 
     env = _make_env(config, seed)
@@ -41,6 +42,10 @@ def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
         from policyforge.rewards.load import with_reward_model
 
         env = with_reward_model(env, config)
+    if config.steer.enabled:
+        from policyforge.algos.steering import with_steering
+
+        env = with_steering(env, config)
     return env
 
 

@@ -126,6 +126,9 @@ class VecEnv(abc.ABC):
     """Seconds of simulated time per step."""
     episode_steps: int
     """Steps after which an episode is truncated."""
+    env_steps_per_step: int = 1
+    """Simulator steps each `step` executes: 1, or a decision's steps for a wrapper that executes several
+    (`algos.steering.NoiseSteeredEnv`). Algorithms count env steps (`runner.total_env_steps`) by it."""
     render_mode: str = "rgb_array"
     """`render` returns RGB arrays (gymnasium's name for it)."""
 

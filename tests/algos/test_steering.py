@@ -1,7 +1,7 @@
 """NoiseSteeredEnv (DSRL's noise-space environment, algos/steering.py) on pendulum-swingup with a small flow
 policy as the frozen base, against a twin env driven by the base itself (`ChunkedActor`): zero noise is the base's
 own behaviour step for step (until an episode ends mid-chunk: the wrapper runs the chunk out there, as PPO's
-rollouts do, where the base's actor plans anew), a decision's reward is the discounted sum of its executed steps
+rollouts do, where the base's actor plans anew), a decision's reward is the sum of its executed steps' rewards
 up to an episode end mid-chunk, the wrapper keeps the VecEnv contract, and what cannot be steered is refused
 naming the setting."""
 
@@ -17,11 +17,11 @@ from policyforge.policies.denoisers import DenoiserConfig
 from policyforge.policies.flow import FlowConfig, FlowPolicy
 from policyforge.policies.gaussian import GaussianConfig, GaussianPolicy
 from policyforge.policies.rollout import ChunkedActor
-from policyforge.sims.config import SimConfig
+from policyforge.sims.config import SimConfig, SteerConfig
 from policyforge.sims.make import make_env
 from policyforge.sims.vec_env import check_step_result
 
-N, GAMMA = 6, 0.9
+N = 6
 SIM = SimConfig(task="pendulum-swingup", num_envs=N, num_threads=1, task_options={"episode_seconds": 0.35})
 """7-step episodes: with 2 actions a decision, every fourth decision ends its episode after its first step."""
 
@@ -36,18 +36,19 @@ def base_policy(env) -> FlowPolicy:
 def test_zero_noise_is_the_bases_own_behaviour_and_rewards_are_discounted_up_to_the_episode_end():
     twin = make_env(SIM, seed=0)
     base = base_policy(twin)
-    steered = NoiseSteeredEnv(make_env(SIM, seed=0), base, gamma=GAMMA)
-    assert steered.action_dim == 4 * 1 and steered.act_steps == 2
+    steered = NoiseSteeredEnv(make_env(SIM, seed=0), base)
+    assert steered.action_dim == 4 * 1 and steered.env_steps_per_step == 2
+    assert steered.control_dt == pytest.approx(0.1) and steered.episode_steps == 4  # 7 steps: 4 decisions
     obs, twin_obs, actor = steered.reset(seed=0), twin.reset(seed=0), ChunkedActor(base, N)
     for decision in range(10):
         result = steered.step(torch.zeros(N, steered.action_dim))
         check_step_result(steered, result)
         obs, reward, terminated, truncated, info = result
         expected, done = torch.zeros(N), torch.zeros(N, dtype=torch.bool)
-        for i in range(2):
+        for _ in range(2):
             twin_obs, twin_reward, twin_term, twin_trunc, twin_info = twin.step(actor(twin_obs))
             actor.episodes_ended(twin_term | twin_trunc)
-            expected += GAMMA**i * twin_reward * ~done
+            expected += twin_reward * ~done
             ended_now = (twin_term | twin_trunc) & ~done
             if ended_now.any():
                 assert torch.equal(info["final_obs"]["policy"][ended_now], twin_info["final_obs"]["policy"][ended_now])
@@ -74,7 +75,7 @@ def test_steering_noise_changes_the_bases_actions_within_the_bound_and_never_its
     env = make_env(SIM, seed=0)
     base = base_policy(env)
     before = {k: v.clone() for k, v in base.state_dict().items()}
-    steered = NoiseSteeredEnv(env, base, noise_bound=1.5, gamma=GAMMA)
+    steered = NoiseSteeredEnv(env, base, noise_bound=1.5)
     steered.reset(seed=0)
     action = torch.full((N, steered.action_dim), 4.0)  # beyond [-1, 1]: clamped, then scaled by the bound
     torch.testing.assert_close(steered.noise(action), torch.full((N, 4, 1), 1.5))
@@ -99,3 +100,63 @@ def test_what_cannot_be_steered_is_refused_naming_the_setting():
         ValueError, match=r"steering actions of shape \[6, 1\]: this environment takes \[N, H·A\] = \[6, 4\]"
     ):
         steered.step(torch.zeros(N, 1))
+
+
+@pytest.fixture(scope="module")
+def bc_flow_run(tmp_path_factory):
+    """A small flow policy behaviour-cloned on arm-reach demonstrations (a run directory)."""
+    from rich.console import Console
+
+    from policyforge.algos.runner import RunConfig, Runner
+    from policyforge.config import from_dict
+    from policyforge.data.collect import collect
+
+    out = tmp_path_factory.mktemp("steer")
+    collect("arm-reach", 8, out / "demos", num_envs=8, seed=0, progress=False)
+    config = {
+        "name": "bc-flow", "out_dir": str(out), "sim": {"task": "arm-reach", "num_envs": 1},
+        "algo": {"class": "bc", "dataset": str(out / "demos"), "gradient_steps": 40, "steps_per_iteration": 40},
+        "policy": {"class": "flow", "chunk": {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}, "steps": 3,
+                   "denoiser": {"hidden": [32, 32]}},
+        "runner": {"eval_envs": 4, "video": "none", "eval_every_steps": 0, "tensorboard": False},
+    }  # fmt: skip
+    runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))
+    runner.train()
+    runner.close()
+    return out / "bc-flow"
+
+
+def test_sac_steers_the_run_named_in_sim_steer_counting_env_steps_and_leaving_the_base_alone(bc_flow_run, tmp_path):
+    """`sim.steer.base` makes every env of a run a NoiseSteeredEnv of that run's policy; SAC trains a Gaussian over
+    the noise (H·A = 4·5), the runner counts simulator steps (2 a decision), the base's checkpoint is untouched."""
+    from rich.console import Console
+
+    from policyforge.algos.runner import RunConfig, Runner
+    from policyforge.config import from_dict
+
+    checkpoints = {p: p.read_bytes() for p in (bc_flow_run / "checkpoints").glob("*.pt")}
+    config = {
+        "name": "dsrl", "out_dir": str(tmp_path),
+        "sim": {"task": "arm-reach", "num_envs": 4, "steer": {"base": str(bc_flow_run), "noise_bound": 1.5}},
+        "policy": {"class": "gaussian", "squash": True, "hidden": [16]},
+        "algo": {"class": "sac", "learning_starts": 16, "batch_size": 16, "steps_per_iteration": 4,
+                 "critic_hidden": [16]},
+        "runner": {"total_env_steps": 96, "eval_envs": 2, "video": "none", "eval_every_steps": 0,
+                   "tensorboard": False},
+    }  # fmt: skip
+    runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))
+    assert isinstance(runner.env, NoiseSteeredEnv) and runner.env.noise_bound == 1.5
+    assert runner.algo.policy.action_dim == 4 * 5 and runner.env.env_steps_per_step == 2
+    base = {k: v.clone() for k, v in runner.env.base.state_dict().items()}
+    runner.train()
+    assert runner.env_steps == 96 and runner.algo.transitions == 48  # 12 decisions of 4 envs, 2 steps each
+    assert runner.algo.updates > 0
+    assert all(torch.equal(v, base[k]) for k, v in runner.env.base.state_dict().items())
+    runner.close()
+    assert {p: p.read_bytes() for p in (bc_flow_run / "checkpoints").glob("*.pt")} == checkpoints
+
+
+def test_a_base_run_of_another_task_is_refused_naming_sim_steer_base(bc_flow_run):
+    sim = SimConfig(task="arm-push-cube", num_envs=2, steer=SteerConfig(base=str(bc_flow_run)))
+    with pytest.raises(ConfigError, match=r"sim.steer.base: .*bc-flow was trained on arm-reach, this run is arm-push"):
+        make_env(sim)
