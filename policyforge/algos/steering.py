@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from policyforge.config import ConfigError
-from policyforge.policies.base import Policy
+from policyforge.policies.base import Chain, Obs, Policy, Sample
 from policyforge.sims.config import SimConfig
-from policyforge.sims.vec_env import Obs, StepResult, VecEnv
+from policyforge.sims.vec_env import StepResult, VecEnv
 from policyforge.sims.wrapper import VecEnvWrapper
 
 
@@ -122,6 +122,64 @@ class NoiseSteeredEnv(VecEnvWrapper):
         self.history.restart(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         self._obs = obs
         return obs
+
+
+class SteeredPolicy(Policy):
+    """A DSRL run's deployable policy: the steering policy (trained in a `NoiseSteeredEnv`) choosing the frozen
+    base's starting noise, and the base planning from it, as one module (one exported graph). Its inputs are the
+    base's (with its history axis); the steering reads the newest step of its observation key. For deployment and
+    export only: training happens on the steering policy in the steered env."""
+
+    def __init__(self, base: Policy, steering: Policy, noise_bound: float):
+        super().__init__()
+        if steering.obs_key not in base.obs_keys:
+            raise ValueError(
+                f"the steering policy reads obs[{steering.obs_key!r}], which the base ({list(base.obs_keys)}) does not"
+            )
+        self.base, self.steering, self.noise_bound = base, steering, float(noise_bound)
+        self.obs_key, self.action_dim = base.obs_key, base.action_dim
+        self.chunk_len, self.act_steps, self.n_obs_steps = base.chunk_len, base.act_steps, base.n_obs_steps
+        self.export_tolerance = max(base.export_tolerance, steering.export_tolerance)
+
+    @property
+    def obs_keys(self) -> tuple[str, ...]:
+        return self.base.obs_keys
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        """Actions [B, H, A] for the base's inputs (obs[key] [B, T_o, ...] with a history axis)."""
+        key = self.steering.obs_key
+        newest = obs[key][:, -1] if self.base.n_obs_steps else obs[key]
+        choice = self.steering.act({key: newest})[:, 0]  # [B, H·A] in [-1, 1]
+        noise = choice.clamp(-1.0, 1.0).reshape(-1, *self.base.noise_shape) * self.noise_bound
+        return self.base.act_from_noise(obs, noise)
+
+    def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
+        raise TypeError(_TRAIN_STEERING)
+
+    def step_log_probs(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
+        raise TypeError(_TRAIN_STEERING)
+
+    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+        raise TypeError(_TRAIN_STEERING)
+
+    def example_obs(self, batch: int) -> Obs:
+        return self.base.example_obs(batch)
+
+    def export_spec(self) -> dict[str, Any]:
+        return {**self.base.export_spec(), "steered": {"noise_bound": self.noise_bound}}
+
+
+_TRAIN_STEERING = "a SteeredPolicy only acts (deployment, export): train its steering policy in a NoiseSteeredEnv"
+
+
+def deployable(policy: Policy, env: VecEnv) -> tuple[Policy, VecEnv]:
+    """The policy a deployer runs, and the env whose control step it acts at: for a run in a steered env, the
+    base and `policy` (its steering) as one `SteeredPolicy` in the simulator's own env; otherwise both unchanged."""
+    while isinstance(env, VecEnvWrapper) and not isinstance(env, NoiseSteeredEnv):
+        env = env.env
+    if isinstance(env, NoiseSteeredEnv):
+        return SteeredPolicy(env.base, policy, env.noise_bound), env.env
+    return policy, env
 
 
 def with_steering(env: VecEnv, sim: SimConfig) -> NoiseSteeredEnv:

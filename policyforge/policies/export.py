@@ -264,11 +264,14 @@ def export_run(
     named = checkpoints.resolve(run_dir, None if checkpoint is None else str(checkpoint))  # latest, best, N, file
     checkpoint_file = named if named != run_dir else run_checkpoint(run_dir)
     source = describe_source(checkpoint_file, run_dir) if checkpoint_file.is_file() else None  # before loading
-    config, policy, env = load_run(run_dir, str(checkpoint) if checkpoint else None, 1)
+    from policyforge.algos.steering import deployable
+
+    config, policy, made = load_run(run_dir, str(checkpoint) if checkpoint else None, 1)
+    policy, env = deployable(policy, made)  # a DSRL run: its steering and base as one graph
     try:
         metadata = run_metadata(config, env)
     finally:
-        env.close()
+        made.close()
     if source is not None:
         metadata["source"] = source
     out = Path(out) if out else run_dir / "export" / f"policy{SUFFIX[fmt]}"

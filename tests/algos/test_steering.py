@@ -7,10 +7,11 @@ naming the setting."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from policyforge.algos.steering import NoiseSteeredEnv
+from policyforge.algos.steering import NoiseSteeredEnv, SteeredPolicy
 from policyforge.config import ConfigError
 from policyforge.policies.chunked import ChunkConfig
 from policyforge.policies.denoisers import DenoiserConfig
@@ -128,11 +129,14 @@ def bc_flow_run(tmp_path_factory):
 
 def test_sac_steers_the_run_named_in_sim_steer_counting_env_steps_and_leaving_the_base_alone(bc_flow_run, tmp_path):
     """`sim.steer.base` makes every env of a run a NoiseSteeredEnv of that run's policy; SAC trains a Gaussian over
-    the noise (H·A = 4·5), the runner counts simulator steps (2 a decision), the base's checkpoint is untouched."""
+    the noise (H·A = 4·5), the runner counts simulator steps (2 a decision), the base's checkpoint is untouched; the
+    run exports as one graph of steering and base, acting at the simulator's control step."""
     from rich.console import Console
 
     from policyforge.algos.runner import RunConfig, Runner
     from policyforge.config import from_dict
+    from policyforge.policies.export import export_run, run_exported
+    from policyforge.policies.export_description import load_description
 
     checkpoints = {p: p.read_bytes() for p in (bc_flow_run / "checkpoints").glob("*.pt")}
     config = {
@@ -145,15 +149,29 @@ def test_sac_steers_the_run_named_in_sim_steer_counting_env_steps_and_leaving_th
                    "tensorboard": False},
     }  # fmt: skip
     runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))
-    assert isinstance(runner.env, NoiseSteeredEnv) and runner.env.noise_bound == 1.5
-    assert runner.algo.policy.action_dim == 4 * 5 and runner.env.env_steps_per_step == 2
-    base = {k: v.clone() for k, v in runner.env.base.state_dict().items()}
+    env = runner.env
+    assert isinstance(env, NoiseSteeredEnv) and env.noise_bound == 1.5
+    assert runner.algo.policy.action_dim == 4 * 5 and env.env_steps_per_step == 2
+    base = {k: v.clone() for k, v in env.base.state_dict().items()}
     runner.train()
     assert runner.env_steps == 96 and runner.algo.transitions == 48  # 12 decisions of 4 envs, 2 steps each
     assert runner.algo.updates > 0
-    assert all(torch.equal(v, base[k]) for k, v in runner.env.base.state_dict().items())
+    assert all(torch.equal(v, base[k]) for k, v in env.base.state_dict().items())
+    steering = runner.algo.policy.eval()
     runner.close()
     assert {p: p.read_bytes() for p in (bc_flow_run / "checkpoints").glob("*.pt")} == checkpoints
+
+    path, error, _ = export_run(tmp_path / "dsrl", "onnx")
+    assert error < 1e-4
+    description = load_description(path)
+    assert description["chunk_len"] == 4 and description["act_steps"] == 2 and description["n_obs_steps"] == 2
+    assert description["control_dt"] == pytest.approx(env.env.control_dt)  # the simulator's step, not a decision's
+    obs = env.reset(seed=1)
+    inputs = env.base.input_state(4).push(obs)
+    with torch.no_grad():
+        expected = env.base.act_from_noise(inputs, env.noise(steering.act(obs)[:, 0]))
+    graph = SteeredPolicy(env.base, steering, env.noise_bound)
+    np.testing.assert_allclose(run_exported(path, graph, inputs), expected.numpy(), atol=1e-4)
 
 
 def test_a_base_run_of_another_task_is_refused_naming_sim_steer_base(bc_flow_run):
