@@ -25,7 +25,8 @@ def policy_name(section: dict[str, Any]) -> str:
 
 def method_name(config: Any) -> str:
     """The method a `RunConfig` trains, e.g. "DPPO" (PPO on a diffusion policy), "ReinFlow", "Flow-SDE",
-    "residual PPO (flow base)", "BC (diffusion)", "PPO", "SAC"; `ALGO (policy)` for other combinations."""
+    "residual PPO (flow base)", "BC (diffusion)", "PPO", "SAC", "DSRL (SAC in a base's noise)"; `ALGO (policy)`
+    for other combinations."""
     algo, policy = config.algo.tag, to_dict(config.policy)
     tag = policy[TAG_KEY]
     if algo == "bc":
@@ -39,7 +40,7 @@ def method_name(config: Any) -> str:
     if algo == "ppo":
         return ppo_method(tag, policy)
     if algo == "sac" and tag == "gaussian":
-        return "SAC"
+        return "DSRL (SAC in a base's noise)" if config.sim.steer.base else "SAC"
     return f"{algo.upper()} ({policy_name(policy)})"
 
 

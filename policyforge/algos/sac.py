@@ -6,14 +6,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from policyforge.algos.base import Algorithm, StepCallback, select
 from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algorithm
 from policyforge.algos.replay import ReplayBuffer
-from policyforge.config import check, check_in, check_sizes
+from policyforge.config import ConfigError, check, check_in, check_sizes
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.critics import TwinQ
 from policyforge.policies.networks import MAX_WIDTH, Activation
@@ -52,7 +52,10 @@ class SACConfig(AlgoConfig):
     steps_per_iteration: int = 1
     """Vector-env steps between logging points."""
     learning_starts: int = 5000
-    """Transitions of uniform random actions before learning starts."""
+    """Transitions of `initial_actions` before learning starts."""
+    initial_actions: Literal["uniform", "prior"] = "uniform"
+    """What acts before learning starts: uniform random actions, or (steering a base, `sim.steer`) noise drawn from
+    the base's own prior, so the buffer starts with the base policy acting as it does alone (DSRL's start)."""
     actor_lr: float = 3e-4
     """Adam learning rate of the actor."""
     critic_lr: float = 3e-4
@@ -121,7 +124,9 @@ class SAC(Algorithm):
         cfg, metrics = self.config, {}
         for _ in range(cfg.steps_per_iteration):
             with torch.no_grad():
-                if self.transitions < cfg.learning_starts:
+                if self.transitions < cfg.learning_starts and cfg.initial_actions == "prior":
+                    action = env.prior_actions()
+                elif self.transitions < cfg.learning_starts:
                     action = torch.rand(env.num_envs, env.action_dim) * 2 - 1
                 else:
                     action = self.policy.sample(obs).action[:, 0]
@@ -218,6 +223,10 @@ def check_run(config: RunConfig) -> None:
     why = f"SAC trains Gaussian policies; train a {kind} policy with algo: bc or algo: ppo"
     check(kind == "gaussian", "policy.class", why)
     check(config.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
+    if config.algo.initial_actions == "prior" and not config.sim.steer.enabled:
+        raise ConfigError(
+            "algo.initial_actions", "prior draws a steered base's noise: set sim.steer.base, or use uniform"
+        )
 
 
 register_algorithm("sac", SACConfig, AlgorithmEntry(construct_sac, check=check_run))

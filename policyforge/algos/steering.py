@@ -79,6 +79,12 @@ class NoiseSteeredEnv(VecEnvWrapper):
             )
         return action.clamp(-1.0, 1.0).view(self.num_envs, *self.base.noise_shape) * self.noise_bound
 
+    def prior_actions(self) -> torch.Tensor:
+        """Actions [N, H·A] whose noise is a draw of the base's N(0, I) prior (clipped at the bound): the base
+        acting as it does alone."""
+        noise = torch.randn(self.num_envs, self.action_dim, device=self.device)
+        return (noise / self.noise_bound).clamp(-1.0, 1.0)
+
     @torch.no_grad()
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         if self._obs is None:

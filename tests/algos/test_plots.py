@@ -31,6 +31,7 @@ EXPECTED = {  # the end of a recipe's file name → its method's name
     "ppo-scratch": "PPO",
     "ppo": "PPO",
     "sac": "SAC",
+    "dsrl": "DSRL (SAC in a base's noise)",
     "reward-model": "reward model",
     "ppo-learned-reward": "PPO on a learned reward",
     "dppo-learned-reward": "DPPO on a learned reward",

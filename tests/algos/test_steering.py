@@ -178,3 +178,16 @@ def test_a_base_run_of_another_task_is_refused_naming_sim_steer_base(bc_flow_run
     sim = SimConfig(task="arm-push-cube", num_envs=2, steer=SteerConfig(base=str(bc_flow_run)))
     with pytest.raises(ConfigError, match=r"sim.steer.base: .*bc-flow was trained on arm-reach, this run is arm-push"):
         make_env(sim)
+
+
+def test_prior_actions_are_the_bases_own_noise_and_need_a_steered_base(capsys):
+    from policyforge.cli import main
+
+    steered = NoiseSteeredEnv(make_env(SIM, seed=0), base_policy(make_env(SIM)), noise_bound=2.0)
+    torch.manual_seed(0)
+    noise = torch.cat([steered.prior_actions() for _ in range(2000)]) * steered.noise_bound  # [N·2000, 4]
+    assert noise.abs().max() <= 2.0 and abs(noise.mean()) < 0.02
+    assert noise.std().item() == pytest.approx(0.94, abs=0.02)  # N(0, 1) clipped at ±2: 0.94
+    assert main(["train", "configs/pendulum-swingup-sac.yaml", "algo.initial_actions=prior"]) == 2
+    printed = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "algo.initial_actions: prior draws a steered base's noise: set sim.steer.base" in printed
