@@ -1,5 +1,6 @@
-"""Soft actor-critic (Haarnoja et al. 2018): tanh-Gaussian actor, twin critics with target networks, automatic
-entropy temperature, and a large-batch / high update-to-data option for many parallel environments."""
+"""Soft actor-critic (Haarnoja et al. 2018): tanh-Gaussian actor, twin critics (or a REDQ / RLPD ensemble, layer norm)
+with target networks, automatic entropy temperature, and a large-batch / high update-to-data option for many
+parallel environments."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algo
 from policyforge.algos.replay import ReplayBuffer
 from policyforge.config import ConfigError, check, check_in, check_sizes
 from policyforge.policies.base import Obs, Policy
-from policyforge.policies.critics import TwinQ
+from policyforge.policies.critics import QEnsemble
 from policyforge.policies.networks import MAX_WIDTH, Activation
 from policyforge.sims.vec_env import VecEnv
 
@@ -29,6 +30,8 @@ MAX_UPDATES_PER_STEP = 100
 """Most gradient steps per transition (REDQ-style high update-to-data ratios use ≤ 20; more stalls the run)."""
 MAX_STEPS_PER_ITERATION = 10_000
 """Most vector-env steps between logging points (and checkpoints); more hides a run's progress for hours."""
+MAX_ENSEMBLE = 20
+"""Most Q networks (REDQ uses 10; each one is a full network trained every update)."""
 MAX_ALPHA = 100.0
 """Largest initial temperature: entropy (a few nats) against Q-values of order 1-1000; beyond this the actor
 learns nothing but entropy."""
@@ -78,6 +81,13 @@ class SACConfig(AlgoConfig):
     """Activation of the Q networks."""
     critic_obs_key: str = "critic"
     """Observation the critics read."""
+    critic_ensemble: int = 2
+    """Q networks (2: clipped double-Q; REDQ and RLPD use 10 at high `updates_per_step`)."""
+    critic_target_subset: int = 2
+    """The target takes the minimum over this many heads drawn at random each update (REDQ); with all of them
+    (the default, 2 of 2) the actor maximises their minimum too, otherwise their mean."""
+    critic_layer_norm: bool = False
+    """Layer norm in the Q networks' hidden layers (RLPD: what keeps high update-to-data ratios stable)."""
 
     def __post_init__(self) -> None:
         check_in(self.buffer_size, "buffer_size", f"[1, {MAX_BUFFER_SIZE}]", "it is allocated up front")
@@ -93,6 +103,8 @@ class SACConfig(AlgoConfig):
         check_in(self.target_entropy_scale, "target_entropy_scale", f"[0, {MAX_ENTROPY_SCALE}]")
         check_in(self.policy_delay, "policy_delay", "[1, inf)")
         check_sizes(self.critic_hidden, "critic_hidden", MAX_WIDTH)
+        check_in(self.critic_ensemble, "critic_ensemble", f"[2, {MAX_ENSEMBLE}]")
+        check_in(self.critic_target_subset, "critic_target_subset", f"[1, critic_ensemble={self.critic_ensemble}]")
         key = self.critic_obs_key
         check(key in ("critic", "policy"), "critic_obs_key", f"must be 'critic' (privileged) or 'policy', got {key!r}")
 
@@ -103,9 +115,10 @@ class SAC(Algorithm):
     def __init__(self, policy: Policy, obs_shapes: dict[str, tuple[int, ...]], config: SACConfig):
         self.policy, self.config = policy, config
         critic_dim = obs_shapes[config.critic_obs_key][0]
-        self.critic = TwinQ(
-            critic_dim, policy.action_dim, config.critic_hidden, config.critic_activation, config.critic_obs_key
-        )
+        self.critic = QEnsemble(
+            critic_dim, policy.action_dim, config.critic_hidden, config.critic_activation, config.critic_obs_key,
+            count=config.critic_ensemble, layer_norm=config.critic_layer_norm,
+        )  # fmt: skip
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_alpha), requires_grad=True)
         self.target_entropy = -config.target_entropy_scale * policy.action_dim
@@ -151,17 +164,17 @@ class SAC(Algorithm):
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
             next_sample = self.policy.sample(next_obs)
-            target_q = torch.min(*self.critic_target(next_obs, next_sample.action[:, 0]))
+            target_q = self._subset_min(self.critic_target(next_obs, next_sample.action[:, 0]))
             soft_value = target_q - alpha * next_sample.log_prob
             target = batch["reward"] + cfg.gamma * (~batch["terminated"]) * soft_value
-        q1, q2 = self.critic(obs, action)
-        critic_loss = 0.5 * ((q1 - target) ** 2 + (q2 - target) ** 2).mean()
+        q = self.critic(obs, action)  # [M, B]
+        critic_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optimizer.step()
         metrics = {
             "loss/critic": float(critic_loss.detach()),
-            "loss/q": float(q1.mean().detach()),
+            "loss/q": float(q[0].mean().detach()),
             "loss/alpha": float(alpha),
         }
         self.updates += 1
@@ -175,7 +188,7 @@ class SAC(Algorithm):
     def _update_actor(self, obs: Obs, alpha: torch.Tensor) -> dict[str, float]:
         self.critic.requires_grad_(False)
         sample = self.policy.sample(obs)
-        q = torch.min(*self.critic(obs, sample.action[:, 0]))
+        q = self._actor_q(self.critic(obs, sample.action[:, 0]))
         actor_loss = (alpha * sample.log_prob - q).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
@@ -186,6 +199,18 @@ class SAC(Algorithm):
         alpha_loss.backward()
         self.alpha_optimizer.step()
         return {"loss/actor": float(actor_loss.detach()), "loss/entropy": float(-sample.log_prob.mean().detach())}
+
+    def _subset_min(self, heads: torch.Tensor) -> torch.Tensor:
+        """The minimum [B] over `critic_target_subset` of the heads [M, B], drawn at random (all: no draw)."""
+        count = self.config.critic_target_subset
+        if count == len(heads):
+            return heads.min(0).values
+        return heads[torch.randperm(len(heads))[:count]].min(0).values
+
+    def _actor_q(self, heads: torch.Tensor) -> torch.Tensor:
+        """What the actor maximises [B] of the heads [M, B]: their minimum when every head forms the target
+        (clipped double-Q), their mean otherwise (REDQ)."""
+        return heads.min(0).values if self.config.critic_target_subset == len(heads) else heads.mean(0)
 
     def state_dict(self) -> dict[str, Any]:
         return {

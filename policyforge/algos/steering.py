@@ -112,17 +112,20 @@ class NoiseSteeredEnv(VecEnvWrapper):
         self._obs = obs
         return obs, total, terminated, truncated, decision_info
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The base's observation history and the last observation (checkpoints continue exactly)."""
-        obs = {} if self._obs is None else {f"obs.{k}": v.clone() for k, v in self._obs.items()}
-        return {**{f"history.{k}": v for k, v in self.history.state_dict().items()}, **obs}
+    def get_state(self) -> dict[str, Any] | None:
+        """The wrapped env's snapshot with the base's observation history and the last observation (a resumed run
+        continues exactly)."""
+        state = self.env.get_state()
+        if state is None:
+            return None
+        obs = None if self._obs is None else {k: v.clone() for k, v in self._obs.items()}
+        return {"env": state, "steering": {"history": self.history.state_dict(), "obs": obs}}
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.history.load_state_dict(
-            {k.removeprefix("history."): v for k, v in state.items() if k.startswith("history.")}
-        )
-        obs = {k.removeprefix("obs."): v.clone() for k, v in state.items() if k.startswith("obs.")}
-        self._obs = obs or None
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.env.set_state(state["env"])
+        self.history.load_state_dict(state["steering"]["history"])
+        obs = state["steering"]["obs"]
+        self._obs = None if obs is None else {k: v.clone() for k, v in obs.items()}
 
     def _restarted(self, obs: Obs) -> Obs:
         self.history.restart(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))

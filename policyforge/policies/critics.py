@@ -1,4 +1,4 @@
-"""Critics: a state-value function (PPO, on the privileged `critic` observation) and twin Q-functions (SAC)."""
+"""Critics: a state-value function (PPO, on the privileged `critic` observation) and Q-function ensembles (SAC)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ class ValueFunction(nn.Module):
         return self.net(self.normalizer(obs[self.obs_key]))[:, 0]
 
 
-class TwinQ(nn.Module):
-    """Two independent Q(s, a) [B] heads (clipped double-Q), on normalised observations."""
+class QEnsemble(nn.Module):
+    """`count` independent Q(s, a) [B] heads on normalised observations: SAC's clipped double-Q (2), or REDQ's and
+    RLPD's ensembles (e.g. 10, with layer norm) whose targets take the minimum over a random subset."""
 
     def __init__(
         self,
@@ -41,14 +42,25 @@ class TwinQ(nn.Module):
         activation: Activation = "relu",
         obs_key: str = "critic",
         normalize_obs: bool = True,
+        count: int = 2,
+        layer_norm: bool = False,
     ):
         super().__init__()
         self.obs_key = obs_key
         self.normalizer = RunningNormalizer(obs_dim, enabled=normalize_obs)
-        self.q1 = mlp(obs_dim + action_dim, hidden, 1, activation)
-        self.q2 = mlp(obs_dim + action_dim, hidden, 1, activation)
+        self.heads = nn.ModuleList(
+            mlp(obs_dim + action_dim, hidden, 1, activation, layer_norm=layer_norm) for _ in range(count)
+        )
+        self._register_load_state_dict_pre_hook(_twin_q_names)
 
-    def forward(self, obs: Obs, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Q-values [B] of both heads for actions [B, A]."""
+    def forward(self, obs: Obs, action: torch.Tensor) -> torch.Tensor:
+        """Q-values [M, B] of every head for actions [B, A]."""
         x = torch.cat([self.normalizer(obs[self.obs_key]), action], dim=-1)
-        return self.q1(x)[:, 0], self.q2(x)[:, 0]
+        return torch.stack([head(x)[:, 0] for head in self.heads])
+
+
+def _twin_q_names(state: dict, prefix: str, *args) -> None:
+    """Checkpoints of the former TwinQ (heads `q1`, `q2`) load as a 2-head ensemble."""
+    for old, new in (("q1.", "heads.0."), ("q2.", "heads.1.")):
+        for key in [k for k in state if k.startswith(prefix + old)]:
+            state[prefix + new + key[len(prefix + old) :]] = state.pop(key)

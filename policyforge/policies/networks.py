@@ -16,13 +16,20 @@ _ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU
 
 
 def mlp(
-    in_dim: int, hidden: list[int], out_dim: int, activation: Activation = "elu", out_gain: float = 1.0
+    in_dim: int,
+    hidden: list[int],
+    out_dim: int,
+    activation: Activation = "elu",
+    out_gain: float = 1.0,
+    layer_norm: bool = False,
 ) -> nn.Sequential:
-    """in_dim → hidden… → out_dim, orthogonal init (gain √2 inside, `out_gain` on the last layer), zero biases."""
+    """in_dim → hidden… → out_dim, orthogonal init (gain √2 inside, `out_gain` on the last layer), zero biases;
+    `layer_norm`: each hidden layer normalised before its activation (RLPD's critics: stable at high update-to-data
+    ratios)."""
     layers: list[nn.Module] = []
     dims = [in_dim, *hidden]
     for a, b in itertools.pairwise(dims):
-        layers += [_linear(a, b, math.sqrt(2)), _ACTIVATIONS[activation]()]
+        layers += [_linear(a, b, math.sqrt(2)), *([nn.LayerNorm(b)] if layer_norm else []), _ACTIVATIONS[activation]()]
     layers.append(_linear(dims[-1], out_dim, out_gain))
     return nn.Sequential(*layers)
 

@@ -21,6 +21,8 @@ from policyforge.sims.config import CorruptionConfig
 from policyforge.sims.vec_env import Obs, StepResult, VecEnv
 from policyforge.sims.wrapper import VecEnvWrapper
 
+_STATE_TENSORS = ("obs_history", "action_history", "previous_action", "bias", "obs_latency", "action_latency")
+"""What a snapshot of the corruption holds besides its random stream."""
 SEED_OFFSET = 0x5EED_C0
 """Added to `reset(seed)` for the corruption's own random stream, so it differs from the simulator's."""
 
@@ -79,7 +81,7 @@ class Corruption(VecEnvWrapper):
         action = torch.as_tensor(action, dtype=torch.float32, device=self.env.device)
         self.action_history = torch.cat([action[:, None], self.action_history[:, :-1]], dim=1)
         obs, reward, terminated, truncated, info = self.env.step(self.action_history[self._rows, self.action_latency])
-        self.previous_action = action
+        self.previous_action = action.clone()  # new episodes zero rows of it: never the caller's tensor
         final = info["final_obs"]
         self._sense(final["policy"])
         final_seen = self._seen()
@@ -88,6 +90,24 @@ class Corruption(VecEnvWrapper):
             self._new_episodes(ended, obs["policy"][ended])
         info = {**info, "final_obs": {**final, "policy": final_seen}}
         return {**obs, "policy": self._seen()}, reward, terminated, truncated, info
+
+    def get_state(self) -> dict[str, Any] | None:
+        """The wrapped env's snapshot with every env's latencies, bias, histories and the random stream (a resumed
+        run continues exactly)."""
+        state = self.env.get_state()
+        if state is None:
+            return None
+        mine = {name: getattr(self, name).clone() for name in _STATE_TENSORS}
+        return {"env": state, "corruption": {**mine, "generator": self.generator.get_state()}}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if "corruption" not in state:  # a snapshot from before the corruption kept its own: the env's alone
+            self.env.set_state(state)
+            return
+        self.env.set_state(state["env"])
+        for name in _STATE_TENSORS:
+            getattr(self, name).copy_(state["corruption"][name])
+        self.generator.set_state(state["corruption"]["generator"])
 
     def _new_episodes(self, ids: torch.Tensor, first_obs: torch.Tensor) -> None:
         """Draw envs `ids`' bias and latencies, forget their past; their first reading `first_obs` [n, D] fills

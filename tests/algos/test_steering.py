@@ -191,3 +191,16 @@ def test_prior_actions_are_the_bases_own_noise_and_need_a_steered_base(capsys):
     assert main(["train", "configs/pendulum-swingup-sac.yaml", "algo.initial_actions=prior"]) == 2
     printed = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     assert "algo.initial_actions: prior draws a steered base's noise: set sim.steer.base" in printed
+
+
+def test_a_snapshot_of_a_steered_env_continues_exactly():
+    steered = NoiseSteeredEnv(make_env(SIM, seed=0), base_policy(make_env(SIM)), noise_bound=1.5)
+    steered.reset(seed=0)
+    noise = [torch.rand(N, steered.action_dim, generator=torch.Generator().manual_seed(i)) * 2 - 1 for i in range(8)]
+    for action in noise[:3]:
+        steered.step(action)
+    snapshot = steered.get_state()
+    first = [steered.step(action)[0]["policy"] for action in noise[3:]]
+    steered.reset(seed=9)
+    steered.set_state(snapshot)
+    assert all(torch.equal(a, steered.step(action)[0]["policy"]) for a, action in zip(first, noise[3:], strict=True))

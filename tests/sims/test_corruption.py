@@ -127,3 +127,21 @@ def test_bad_corruption_settings_are_refused_naming_the_field():
         CorruptionConfig(obs_drop_prob=1.0)
     config = from_dict(SimConfig, {"corruption": {"action_latency_steps": [0, 2], "noise": {"all": 0.01}}})
     assert config.corruption.action_latency_steps == (0, 2) and config.corruption.enabled
+
+
+def test_a_snapshot_continues_exactly_with_the_corruptions_own_state():
+    """get_state / set_state carry every env's latencies, bias, histories and the random stream, so a resumed run
+    sees what the uninterrupted one saw (they once held the simulator's state alone)."""
+    _, _, corrupted, _ = twins(noise={"all": 0.1}, bias={"all": 0.1}, obs_latency_steps=(0, 2),
+                               action_latency_steps=(0, 2))  # fmt: skip
+    actions = small_actions(30)
+    for action in actions[:10]:
+        corrupted.step(action)
+    snapshot = corrupted.get_state()
+    first = [corrupted.step(action)[0]["policy"] for action in actions[10:]]
+    corrupted.reset(seed=5)  # another state entirely, then back
+    corrupted.set_state(snapshot)
+    again = [corrupted.step(action)[0]["policy"] for action in actions[10:]]
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    # the caller's actions are never written to (a new episode once zeroed the last one in place)
+    assert all(torch.equal(a, b) for a, b in zip(actions, small_actions(30), strict=True))
