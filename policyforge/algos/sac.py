@@ -75,6 +75,9 @@ class SACConfig(AlgoConfig):
     """Target entropy = −scale × action dimensions."""
     policy_delay: int = 1
     """Actor and temperature updates every this many critic updates."""
+    critic_warmup_updates: int = 0
+    """Critic updates before the actor and the temperature start training: a steering or fine-tuned actor starts
+    where its base is good, and a critic fitted to nothing yet would walk it away (DSRL, RLPD warm-ups)."""
     critic_hidden: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
     """Hidden sizes of each Q network."""
     critic_activation: Activation = "relu"
@@ -102,6 +105,7 @@ class SACConfig(AlgoConfig):
         check_in(self.init_alpha, "init_alpha", f"(0, {MAX_ALPHA}]")
         check_in(self.target_entropy_scale, "target_entropy_scale", f"[0, {MAX_ENTROPY_SCALE}]")
         check_in(self.policy_delay, "policy_delay", "[1, inf)")
+        check_in(self.critic_warmup_updates, "critic_warmup_updates", "[0, inf)")
         check_sizes(self.critic_hidden, "critic_hidden", MAX_WIDTH)
         check_in(self.critic_ensemble, "critic_ensemble", f"[2, {MAX_ENSEMBLE}]")
         check_in(self.critic_target_subset, "critic_target_subset", f"[1, critic_ensemble={self.critic_ensemble}]")
@@ -178,7 +182,7 @@ class SAC(Algorithm):
             "loss/alpha": float(alpha),
         }
         self.updates += 1
-        if self.updates % cfg.policy_delay == 0:
+        if self.updates > cfg.critic_warmup_updates and self.updates % cfg.policy_delay == 0:
             metrics.update(self._update_actor(obs, alpha))
         with torch.no_grad():
             for target_param, param in zip(self.critic_target.parameters(), self.critic.parameters(), strict=True):

@@ -39,12 +39,12 @@ class NoiseSteeredEnv(VecEnvWrapper):
         super().__init__(env)
         if base.noise_shape is None:
             raise ConfigError(
-                "algo.steer", f"the base policy is a {type(base).__name__}, which has no starting noise to steer: "
+                "sim.steer.base", f"the base policy is a {type(base).__name__}, which has no starting noise to steer: "
                 "steer a diffusion, flow or VLA run"
             )  # fmt: skip
         if base.action_dim != env.action_dim:
             raise ConfigError(
-                "algo.steer", f"the base policy acts in {base.action_dim} dimensions, the environment in "
+                "sim.steer.base", f"the base policy acts in {base.action_dim} dimensions, the environment in "
                 f"{env.action_dim}: steer a policy trained on this task"
             )  # fmt: skip
         self.base = base.eval().requires_grad_(False)

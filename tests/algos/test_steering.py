@@ -90,10 +90,14 @@ def test_steering_noise_changes_the_bases_actions_within_the_bound_and_never_its
 def test_what_cannot_be_steered_is_refused_naming_the_setting():
     env = make_env(SIM, seed=0)
     gaussian = GaussianPolicy(env.obs_shapes["policy"][0], env.action_dim, GaussianConfig(hidden=[8]))
-    with pytest.raises(ConfigError, match=r"algo.steer: the base policy is a GaussianPolicy, which has no starting"):
+    with pytest.raises(
+        ConfigError, match=r"sim.steer.base: the base policy is a GaussianPolicy, which has no starting"
+    ):
         NoiseSteeredEnv(env, gaussian)
     other = FlowPolicy(env.obs_shapes["policy"][0], 3, FlowConfig(denoiser=DenoiserConfig(hidden=[8], time_dim=8)))
-    with pytest.raises(ConfigError, match=r"algo.steer: the base policy acts in 3 dimensions, the environment in 1"):
+    with pytest.raises(
+        ConfigError, match=r"sim.steer.base: the base policy acts in 3 dimensions, the environment in 1"
+    ):
         NoiseSteeredEnv(env, other)
     steered = NoiseSteeredEnv(env, base_policy(env))
     steered.reset(seed=0)
