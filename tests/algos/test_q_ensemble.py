@@ -1,5 +1,6 @@
 """SAC's Q ensemble (policies/critics.py, algos/sac.py): two heads are SAC's clipped double-Q and load the former
-TwinQ checkpoints; larger ensembles take REDQ's random-subset minimum for targets and the mean for the actor."""
+TwinQ checkpoints; larger ensembles take REDQ's random-subset minimum for targets and the mean for the actor; the
+actor waits for the critic's warm-up."""
 
 from __future__ import annotations
 
@@ -50,3 +51,18 @@ def test_targets_take_the_minimum_of_a_random_subset_and_the_actor_the_mean():
     two = sac()
     assert torch.equal(two._subset_min(heads[:2]), heads[:2].min(0).values)  # clipped double-Q
     assert torch.equal(two._actor_q(heads[:2]), heads[:2].min(0).values)
+
+
+def test_the_actor_waits_for_the_critic_warmup():
+    algo = sac(critic_warmup_updates=5)
+    for _ in range(4):
+        obs = {"policy": torch.randn(16, 5), "critic": torch.randn(16, 5)}
+        algo.replay.add(obs, torch.rand(16, 2) * 2 - 1, torch.randn(16), obs, torch.zeros(16, dtype=torch.bool))
+    actor = [p.clone() for p in algo.policy.parameters()]
+    critic = [p.clone() for p in algo.critic.parameters()]
+    for _ in range(5):
+        algo._update()
+    assert all(torch.equal(a, b) for a, b in zip(actor, algo.policy.parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(critic, algo.critic.parameters(), strict=True))
+    algo._update()
+    assert not all(torch.equal(a, b) for a, b in zip(actor, algo.policy.parameters(), strict=True))
