@@ -9,7 +9,8 @@ the robot) and the latest robot state, and returns the command to send:
   joint that kp·(q* − q) stays within the torque limit until the next command (the joint's measured velocity
   times the state's age plus `torque_horizon`);
 - an end-effector target outside the workspace box is clamped into it; a joint target whose forward
-  kinematics leaves the box is rejected;
+  kinematics leaves the box is rejected (unless the arm is already outside and the target brings it closer:
+  the way back in);
 - no fresh state for `state_timeout` s, or no fresh command for `command_timeout` s → the robot's safe mode
   (hold or damp); recovery is automatic while the fault lasts less than `estop_after` s;
 - a fault that lasts `estop_after` s, or `trigger_estop()`, latches an e-stop: the safe mode until `reset()`.
@@ -50,6 +51,11 @@ REASONS = (
     "estop",
 )
 """Every reason an intervention is counted under."""
+
+
+WORKSPACE_RETURN_M = 1e-4
+"""A target outside the workspace box is let through only when it is this much closer to the box than the arm, m:
+a step back in, not a target that merely keeps the arm where it is."""
 
 
 @dataclasses.dataclass
@@ -222,7 +228,7 @@ class SafetyFilter:
         if not np.array_equal(position, out.position):
             reasons.add("position_limit")
         out.position = position
-        if out.ee_target is None and not self._in_workspace(out.position):
+        if out.ee_target is None and not self._allowed_in_workspace(out.position, state.joint_pos):
             reasons.add("workspace")
             return None
         if out.velocity is not None:
@@ -258,7 +264,7 @@ class SafetyFilter:
             largest = float(np.max(np.abs(target - previous)))
             along = previous + (target - previous) * min(1.0, step / max(largest, 1e-12))
             out.position = self._within_torque_and_joint_limits(along, out, state, now, reasons)
-            if not self._in_workspace(out.position):
+            if not self._allowed_in_workspace(out.position, state.joint_pos):
                 reasons.add("workspace")
                 out.position = previous.copy()
         return out
@@ -291,11 +297,26 @@ class SafetyFilter:
     def _in_workspace(self, position: np.ndarray) -> bool:
         """Whether joint targets [J] put the end effector inside the workspace box, `workspace_margin` from its
         walls (always, without a box)."""
+        return self._outside_workspace(position) == 0.0
+
+    def _allowed_in_workspace(self, position: np.ndarray, measured: np.ndarray) -> bool:
+        """Whether joint targets [J] may be sent: inside the box, or, with the arm already outside it (it overshoots
+        a target by its stopping distance, or started there), closer to the box than the measured joints [J] put
+        the end effector — the way back in. Without it every target near an arm outside the box was refused, and
+        the e-stop latched where a step back would do."""
+        outside = self._outside_workspace(position)
+        return outside == 0.0 or outside < self._outside_workspace(measured) - WORKSPACE_RETURN_M
+
+    def _outside_workspace(self, position: np.ndarray) -> float:
+        """How far joint targets [J] put the end effector outside the box shrunk by `workspace_margin`, m (0
+        inside, and always without a box)."""
         spec, margin = self.spec, self.config.workspace_margin
         if self.forward_kinematics is None or spec.workspace_low is None:
-            return True
+            return 0.0
         ee = self.forward_kinematics(position)
-        return bool(np.all(ee >= spec.workspace_low + margin) and np.all(ee <= spec.workspace_high - margin))
+        below = np.maximum(spec.workspace_low + margin - ee, 0.0)
+        above = np.maximum(ee - (spec.workspace_high - margin), 0.0)
+        return float(np.linalg.norm(below + above))
 
     def _step_reference(self, state: RobotState) -> np.ndarray:
         """Where each joint's target may step from: the last target sent, or the measured position for joints

@@ -242,3 +242,13 @@ def test_the_audit_shares_no_code_with_the_safety_filter():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert imported == {"__future__", "dataclasses", "collections.abc", "numpy", "policyforge.real_robot.robot"}
+
+
+def test_joint_targets_that_lead_an_arm_outside_the_box_back_are_safe_and_further_out_are_not():
+    """The arm at q2 = -0.3 (end effector 10 cm under the floor, e.g. after a stopping distance): a target 5 cm
+    under it is the way back, one 15 cm under it is not; the same target with the arm inside the box leaves it."""
+    below = np.array([0.0, 0.0, -0.3])
+    assert reasons_of_last([at(0, 0, -0.3), at(0, 0, -0.25)], joint_pos=below) == []
+    assert reasons_of_last([at(0, 0, -0.3), at(0, 0, -0.35)], joint_pos=below) == ["workspace"]
+    assert reasons_of_last([at(0, 0, -0.3), at(0, 0, -0.3)], joint_pos=below) == ["workspace"]  # no nearer
+    assert reasons_of_last([at(0, 0, -0.2), at(0, 0, -0.25)], joint_pos=np.array([0.0, 0.0, -0.2])) == ["workspace"]

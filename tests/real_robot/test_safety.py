@@ -168,3 +168,20 @@ def test_after_damping_targets_step_from_the_measured_joints():
     out = safety(Command(position=np.full(J, -0.5), **pd), state(0.3, q=np.full(J, -0.5)), 0.3)
     assert out.mode == "normal" and "step_limit" not in out.reasons
     np.testing.assert_allclose(out.command.position, -0.5)  # no jump back to the old target 0
+
+
+def test_an_arm_outside_the_box_may_step_back_in_but_not_further_out():
+    """FK z = 0.5 + q2, floor 0.2 (+0.05 margin): with the arm at z = 0.1 (overshot, or started there) a target at
+    z = 0.15 is the way back and goes through, z = 0.05 is refused; before, both were, and the e-stop latched."""
+    spec = arm_spec(workspace_low=np.array([-1.0, -1.0, 0.2]), workspace_high=np.array([1.0, 1.0, 1.0]))
+    fk = lambda q: np.array([q[0], q[1], 0.5 + q[2]])  # noqa: E731
+    safety = SafetyFilter(spec, SafetyConfig(max_step=0.1, workspace_margin=0.05, command_timeout=1.0), fk)
+    low = [0.0, 0.0, -0.4]  # z = 0.1
+    safety(Command(position=np.array(low)), state(0.0, q=low), 0.0)  # refused: outside, and no closer
+    out = safety(Command(position=np.array([0.0, 0.0, -0.35])), state(0.01, q=low), 0.01)
+    assert "workspace" not in out.reasons and out.command.position[2] == pytest.approx(-0.35)
+    out = safety(Command(position=np.array([0.0, 0.0, -0.45])), state(0.02, q=low), 0.02)
+    assert "workspace" in out.reasons and out.command.position[2] == pytest.approx(-0.35)  # the last accepted
+    inside = np.array([0.0, 0.0, 0.0])  # z = 0.5
+    out = safety(Command(position=np.array([0.0, 0.0, -0.3])), state(0.03, q=inside), 0.03)  # z 0.2: leaves it
+    assert "workspace" in out.reasons

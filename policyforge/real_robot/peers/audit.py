@@ -18,7 +18,9 @@ A command is unsafe for each of these reasons it has (counted per reason; one co
   measured it. A PD joint whose target moves towards the joint is exempt (the motor applies less torque);
 - torque_limit: a PD command whose |τ_ff| + kp·|q* − q| exceeds the motor's limit;
 - velocity_limit: a velocity target beyond the joint's maximum;
-- workspace: a Cartesian target, or the end effector at the joint targets (forward kinematics), outside the box.
+- workspace: a Cartesian target, or the end effector at the joint targets (forward kinematics), outside the box —
+  unless the arm itself was outside it when the joint targets arrived and they bring the end effector nearer the
+  box (the way back in).
 
 A joint "tracks" its target when the command has no gains (a position-controlled arm: every joint) or kp > 0
 (a damped joint of a PD robot tracks nothing).
@@ -104,7 +106,7 @@ class TargetAudit:
             if self._stepped_too_far(command, position, tracking, joint_pos, seen, lost):
                 reasons.append("step_limit")
             reasons += self._effort(command, position, joint_pos)
-            if self._outside_workspace(command, position, tracking):
+            if self._outside_workspace(command, position, tracking, joint_pos):
                 reasons.append("workspace")
             self.previous = (position, tracking)
         for reason in reasons:
@@ -164,17 +166,29 @@ class TargetAudit:
             violent &= ~(was_tracking & (change * (joint_pos - target) > 0))
         return bool(np.any(violent[tracking]))
 
-    def _outside_workspace(self, command: Command, position: np.ndarray, tracking: np.ndarray) -> bool:
+    def _outside_workspace(
+        self, command: Command, position: np.ndarray, tracking: np.ndarray, joint_pos: np.ndarray | None
+    ) -> bool:
         """Whether the Cartesian target, or the end effector at the joint targets, is outside the box (joint
-        targets only where every joint tracks its target: otherwise they are no pose the arm goes to)."""
+        targets only where every joint tracks its target: otherwise they are no pose the arm goes to), joint
+        targets that lead an arm outside the box back towards it excepted."""
         spec = self.spec
         if spec.workspace_low is None or spec.workspace_high is None:
             return False
-        points = [] if command.ee_target is None else [np.asarray(command.ee_target, dtype=np.float64)]
-        if self.forward_kinematics is not None and np.all(tracking):
-            points.append(np.asarray(self.forward_kinematics(position), dtype=np.float64))
-        low, high = spec.workspace_low - WORKSPACE_TOLERANCE, spec.workspace_high + WORKSPACE_TOLERANCE
-        return any(np.any(point < low) or np.any(point > high) for point in points)
+        if command.ee_target is not None and self._distance_outside(command.ee_target) > 0:
+            return True
+        if self.forward_kinematics is None or not np.all(tracking):
+            return False
+        outside = self._distance_outside(self.forward_kinematics(position))
+        if outside == 0 or joint_pos is None:
+            return outside > 0
+        return outside >= self._distance_outside(self.forward_kinematics(np.asarray(joint_pos, dtype=np.float64)))
+
+    def _distance_outside(self, point: np.ndarray) -> float:
+        """How far a point [3] lies outside the box (with the tolerance), m; 0 inside."""
+        point = np.asarray(point, dtype=np.float64)
+        low, high = self.spec.workspace_low - WORKSPACE_TOLERANCE, self.spec.workspace_high + WORKSPACE_TOLERANCE
+        return float(np.linalg.norm(np.maximum(low - point, 0.0) + np.maximum(point - high, 0.0)))
 
 
 def _finite(command: Command) -> bool:
