@@ -20,6 +20,7 @@ evaluation, video) with `with_steering`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -197,6 +198,11 @@ def with_steering(env: VecEnv, sim: SimConfig) -> NoiseSteeredEnv:
     from policyforge.algos.loaded import load
 
     steer = sim.steer
+    if not (Path(steer.base) / "config.yaml").is_file():
+        raise ConfigError(
+            "sim.steer.base", f"{steer.base} is not a training run (no config.yaml there): train the base first, "
+            f"e.g. `policyforge train configs/{sim.task}-flow-bc.yaml`, or give the directory of one"
+        )  # fmt: skip
     base = load(steer.base, steer.checkpoint)
     if base.config.sim.task != sim.task:
         trained = base.config.sim.task

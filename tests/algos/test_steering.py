@@ -178,9 +178,12 @@ def test_sac_steers_the_run_named_in_sim_steer_counting_env_steps_and_leaving_th
     np.testing.assert_allclose(run_exported(path, graph, inputs), expected.numpy(), atol=1e-4)
 
 
-def test_a_base_run_of_another_task_is_refused_naming_sim_steer_base(bc_flow_run):
+def test_a_base_run_of_another_task_or_none_is_refused_naming_sim_steer_base(bc_flow_run, tmp_path):
     sim = SimConfig(task="arm-push-cube", num_envs=2, steer=SteerConfig(base=str(bc_flow_run)))
     with pytest.raises(ConfigError, match=r"sim.steer.base: .*bc-flow was trained on arm-reach, this run is arm-push"):
+        make_env(sim)
+    sim = SimConfig(task="arm-push-cube", num_envs=2, steer=SteerConfig(base=str(tmp_path / "missing")))
+    with pytest.raises(ConfigError, match=r"sim.steer.base: .*missing is not a training run .*train the base first"):
         make_env(sim)
 
 
