@@ -1,5 +1,5 @@
 """A run killed with SIGKILL at any moment resumes from its last checkpoint and ends with exactly the
-parameters of an uninterrupted run (fixed seed, one thread)."""
+parameters of an uninterrupted run (fixed seed, one thread): PPO, and SAC with its replay buffer."""
 
 import os
 import signal
@@ -8,13 +8,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from policyforge.algos import checkpoint
 
-TRAIN = [sys.executable, "-m", "policyforge.cli", "train", "configs/pendulum-swingup-ppo.yaml"]
-SMALL = ["sim.num_envs=8", "algo.rollout_steps=16", "algo.epochs=2", "runner.total_env_steps=3072",
-         "runner.checkpoint_every=3", "runner.eval_envs=2", "runner.video=none"]  # fmt: skip
+RUNS = {  # recipe, settings, env steps per iteration
+    "ppo": ("configs/pendulum-swingup-ppo.yaml", ["algo.rollout_steps=16", "algo.epochs=2",
+                                                  "runner.total_env_steps=3072"], 8 * 16),
+    "sac": ("configs/pendulum-swingup-sac.yaml", ["algo.steps_per_iteration=16", "algo.learning_starts=256",
+                                                  "algo.batch_size=64", "runner.total_env_steps=3072"], 8 * 16),
+}  # fmt: skip
+COMMON = ["sim.num_envs=8", "runner.checkpoint_every=3", "runner.eval_envs=2", "runner.video=none"]
 
 
 def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -22,15 +27,17 @@ def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
     return {**state["algo"]["policy"], **{f"critic.{k}": v for k, v in state["algo"]["critic"].items()}}
 
 
-def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("algo", RUNS)
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, algo):
+    recipe, settings, per_iteration = RUNS[algo]
+    train = [sys.executable, "-m", "policyforge.cli", "train", recipe, *settings, *COMMON, f"out_dir={tmp_path}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    subprocess.run([*TRAIN, *SMALL, f"out_dir={tmp_path}", "name=whole"], check=True, env=env, capture_output=True)
+    subprocess.run([*train, "name=whole"], check=True, env=env, capture_output=True)
 
-    killed = subprocess.Popen([*TRAIN, *SMALL, f"out_dir={tmp_path}", "name=killed"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    killed = subprocess.Popen([*train, "name=killed"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checkpoints = tmp_path / "killed" / "checkpoints"
     deadline = time.time() + 120
-    second = checkpoints / f"step_{6 * 8 * 16:010d}.pt"  # iteration 6: 8 envs × 16 rollout steps per iteration
+    second = checkpoints / f"step_{6 * per_iteration:010d}.pt"  # iteration 6
     while not second.exists() and killed.poll() is None and time.time() < deadline:
         time.sleep(0.05)  # wait for the second checkpoint, then kill mid-iteration
     time.sleep(0.3)
@@ -40,7 +47,8 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path):
     left = checkpoint.newest(checkpoints)[1]  # latest.pt, or the step file before it if killed in between
     assert 6 <= left["iteration"] < 24, "killed in the middle of the run"
 
-    subprocess.run([*TRAIN[:-1], "--resume", str(tmp_path / "killed")], check=True, env=env, capture_output=True)
+    resume = [sys.executable, "-m", "policyforge.cli", "train", "--resume", str(tmp_path / "killed")]
+    subprocess.run(resume, check=True, env=env, capture_output=True)
     whole, resumed = final_parameters(tmp_path / "whole"), final_parameters(tmp_path / "killed")
     assert whole.keys() == resumed.keys()
     for name in whole:
