@@ -55,7 +55,8 @@ class SACConfig(AlgoConfig):
     steps_per_iteration: int = 1
     """Vector-env steps between logging points."""
     learning_starts: int = 5000
-    """Transitions of `initial_actions` before learning starts."""
+    """Transitions of `initial_actions` before learning starts (in a steered env, `sim.steer`, a transition is a
+    decision of act_steps simulator steps; so is the replay buffer's unit)."""
     initial_actions: Literal["uniform", "prior"] = "uniform"
     """What acts before learning starts: uniform random actions, or (steering a base, `sim.steer`) noise drawn from
     the base's own prior, so the buffer starts with the base policy acting as it does alone (DSRL's start)."""
