@@ -78,7 +78,7 @@ class NoiseSteeredEnv(VecEnvWrapper):
                 f"steering actions of shape {list(action.shape)}: this environment takes [N, H·A] = "
                 f"[{self.num_envs}, {self.action_dim}] (the base's noise {list(self.base.noise_shape)}, flattened)"
             )
-        return action.clamp(-1.0, 1.0).view(self.num_envs, *self.base.noise_shape) * self.noise_bound
+        return noise_of(action, self.base, self.noise_bound)
 
     def prior_actions(self) -> torch.Tensor:
         """Actions [N, H·A] whose noise is a draw of the base's N(0, I) prior (clipped at the bound): the base
@@ -160,8 +160,7 @@ class SteeredPolicy(Policy):
         key = self.steering.obs_key
         newest = obs[key][:, -1] if self.base.n_obs_steps else obs[key]
         choice = self.steering.act({key: newest})[:, 0]  # [B, H·A] in [-1, 1]
-        noise = choice.clamp(-1.0, 1.0).reshape(-1, *self.base.noise_shape) * self.noise_bound
-        return self.base.act_from_noise(obs, noise)
+        return self.base.act_from_noise(obs, noise_of(choice, self.base, self.noise_bound))
 
     def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
         raise TypeError(_TRAIN_STEERING)
@@ -190,6 +189,11 @@ def deployable(policy: Policy, env: VecEnv) -> tuple[Policy, VecEnv]:
     if isinstance(env, NoiseSteeredEnv):
         return SteeredPolicy(env.base, policy, env.noise_bound), env.env
     return policy, env
+
+
+def noise_of(action: torch.Tensor, base: Policy, bound: float) -> torch.Tensor:
+    """The base's starting noise [B, H, A] of steering actions [B, H·A]: clamped to [-1, 1], times `bound`."""
+    return action.clamp(-1.0, 1.0).reshape(-1, *base.noise_shape) * bound
 
 
 def with_steering(env: VecEnv, sim: SimConfig) -> NoiseSteeredEnv:
