@@ -1,6 +1,6 @@
 """What a run is called where people read it (plot titles, progress, evaluation output): the method's name as
-papers use it (DPPO, ReinFlow, Flow-SDE, residual PPO, BC, PPO, SAC, RPD, DAgger), derived from the run config's
-algorithm and policy settings. The one place that names methods."""
+papers use it (DPPO, ReinFlow, Flow-SDE, residual PPO / SAC, BC, PPO, SAC, DSRL, RPD, DAgger), derived from the run
+config's algorithm and policy settings. The one place that names methods."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def policy_name(section: dict[str, Any]) -> str:
 
 def method_name(config: Any) -> str:
     """The method a `RunConfig` trains, e.g. "DPPO" (PPO on a diffusion policy), "ReinFlow", "Flow-SDE",
-    "residual PPO (flow base)", "BC (diffusion)", "PPO", "SAC", "DSRL (SAC in a base's noise)"; `ALGO (policy)`
+    "residual PPO (flow base)", "BC (diffusion)", "PPO", "SAC", "DSRL (SAC in a base's noise)", "residual SAC
+    (flow base)"; `ALGO (policy)`
     for other combinations."""
     algo, policy = config.algo.tag, to_dict(config.policy)
     tag = policy[TAG_KEY]
@@ -41,6 +42,8 @@ def method_name(config: Any) -> str:
         return ppo_method(tag, policy)
     if algo == "sac" and tag == "gaussian":
         return "DSRL (SAC in a base's noise)" if config.sim.steer.base else "SAC"
+    if algo == "sac" and tag == "residual":
+        return f"residual SAC ({policy_name(policy['base'])} base)"
     return f"{algo.upper()} ({policy_name(policy)})"
 
 

@@ -1,6 +1,13 @@
 """Soft actor-critic (Haarnoja et al. 2018): tanh-Gaussian actor, twin critics (or a REDQ / RLPD ensemble, layer norm)
 with target networks, automatic entropy temperature, and a large-batch / high update-to-data option for many
-parallel environments."""
+parallel environments.
+
+The actor is any policy whose `sample` is reparameterised: a tanh-Gaussian (in a steered env, `sim.steer`, it acts
+in a frozen base's noise: DSRL), or a per-step residual on a frozen base (`policy: {class: residual, per_step:
+true}`: off-policy residual RL, ResFiT / Policy Decorator). The actor reads its own inputs (`Policy.input_state`:
+a residual's base action of the step), kept per env here as in PPO's rollouts and stored in the replay buffer; the
+critics read the critic observation and the executed action. The input of a finished episode's final observation
+is a fresh one (a residual's base plans a new chunk from it alone)."""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from policyforge.algos.base import Algorithm, StepCallback, select
+from policyforge.algos.base import Algorithm, StepCallback
 from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algorithm
 from policyforge.algos.replay import ReplayBuffer
 from policyforge.config import ConfigError, check, check_in, check_sizes
@@ -57,9 +64,10 @@ class SACConfig(AlgoConfig):
     learning_starts: int = 5000
     """Transitions of `initial_actions` before learning starts (in a steered env, `sim.steer`, a transition is a
     decision of act_steps simulator steps; so is the replay buffer's unit)."""
-    initial_actions: Literal["uniform", "prior"] = "uniform"
-    """What acts before learning starts: uniform random actions, or (steering a base, `sim.steer`) noise drawn from
-    the base's own prior, so the buffer starts with the base policy acting as it does alone (DSRL's start)."""
+    initial_actions: Literal["uniform", "prior", "policy"] = "uniform"
+    """What acts before learning starts: uniform random actions; (steering a base, `sim.steer`) noise drawn from
+    the base's own prior, so the buffer starts with the base policy acting as it does alone (DSRL's start); or the
+    policy's own samples (a residual that starts as its base: the base acting, with the residual's noise)."""
     actor_lr: float = 3e-4
     """Adam learning rate of the actor."""
     critic_lr: float = 3e-4
@@ -117,7 +125,7 @@ class SACConfig(AlgoConfig):
 class SAC(Algorithm):
     """Off-policy SAC for a Gaussian policy with tanh squashing."""
 
-    def __init__(self, policy: Policy, obs_shapes: dict[str, tuple[int, ...]], config: SACConfig):
+    def __init__(self, policy: Policy, obs_shapes: dict[str, tuple[int, ...]], config: SACConfig, num_envs: int):
         self.policy, self.config = policy, config
         critic_dim = obs_shapes[config.critic_obs_key][0]
         self.critic = QEnsemble(
@@ -130,8 +138,13 @@ class SAC(Algorithm):
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.actor_lr, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr, fused=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr)
-        self.obs_keys = {policy.obs_key, config.critic_obs_key}
-        stored = {k: s for k, s in obs_shapes.items() if k in self.obs_keys}
+        self.inputs = policy.input_state(num_envs)
+        """Each env's actor inputs between steps (a per-step residual's base chunks)."""
+        self._policy_obs: Obs | None = None
+        self._seen: Obs | None = None
+        """The actor's inputs at the latest observation, and that observation (the runner's, to tell a new start)."""
+        stored = {config.critic_obs_key: obs_shapes[config.critic_obs_key]}
+        stored.update({k: tuple(v.shape[1:]) for k, v in policy.example_obs(1).items()})
         self.replay = ReplayBuffer(config.buffer_size, stored, policy.action_dim)
         self.transitions, self.updates, self._update_credit = 0, 0, 0.0
 
@@ -139,28 +152,59 @@ class SAC(Algorithm):
         return env.num_envs * self.config.steps_per_iteration * env.env_steps_per_step
 
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
-        cfg, metrics = self.config, {}
+        cfg, metrics, key = self.config, {}, self.config.critic_obs_key
+        policy_obs = self._inputs_at(obs)
         for _ in range(cfg.steps_per_iteration):
             with torch.no_grad():
-                if self.transitions < cfg.learning_starts and cfg.initial_actions == "prior":
-                    action = env.prior_actions()
-                elif self.transitions < cfg.learning_starts:
-                    action = torch.rand(env.num_envs, env.action_dim) * 2 - 1
-                else:
-                    action = self.policy.sample(obs).action[:, 0]
-            next_obs, reward, terminated, _, info = env.step(action)
-            on_step(info)
+                action = self._acting(env, policy_obs)
+                next_obs, reward, terminated, truncated, info = env.step(action)
+                on_step(info)
+                ended = terminated | truncated
+                self.inputs.restart(ended)
+                next_policy_obs = self.inputs.push(next_obs)
+                final_inputs = self._final_inputs(info["final_obs"], next_policy_obs, ended)
             self.replay.add(
-                select(obs, self.obs_keys), action, reward, select(info["final_obs"], self.obs_keys), terminated
+                {**policy_obs, key: obs[key]}, action, reward, {**final_inputs, key: info["final_obs"][key]}, terminated
             )
             self.transitions += env.num_envs
-            obs = next_obs
+            obs, policy_obs = next_obs, next_policy_obs
             if self.transitions >= cfg.learning_starts:
                 self._update_credit += cfg.updates_per_step * env.num_envs
                 while self._update_credit >= 1:
                     metrics = self._update()
                     self._update_credit -= 1
+        self._policy_obs, self._seen = policy_obs, obs
         return obs, metrics
+
+    def _acting(self, env: VecEnv, policy_obs: Obs) -> torch.Tensor:
+        """This step's actions [N, A]: `initial_actions` before learning starts, the policy's samples after."""
+        if self.transitions < self.config.learning_starts and self.config.initial_actions == "prior":
+            return env.prior_actions()
+        if self.transitions < self.config.learning_starts and self.config.initial_actions == "uniform":
+            return torch.rand(env.num_envs, env.action_dim) * 2 - 1
+        return self.policy.sample(policy_obs).action[:, 0]
+
+    def _inputs_at(self, obs: Obs) -> Obs:
+        """The actor's inputs at the runner's `obs`: those of the last iteration when it continues from there;
+        fresh ones (every env restarted) after a reset."""
+        seen = self._seen
+        if seen is not None and seen.keys() == obs.keys() and all(torch.equal(seen[k], obs[k]) for k in obs):
+            assert self._policy_obs is not None
+            return self._policy_obs
+        self.inputs.restart(torch.ones(len(next(iter(obs.values()))), dtype=torch.bool))
+        return self.inputs.push(obs)
+
+    def _final_inputs(self, final_obs: Obs, next_inputs: Obs, ended: torch.Tensor) -> Obs:
+        """The actor's inputs at each transition's next observation: `next_inputs` where the episode goes on, fresh
+        inputs of the final observation (`final_obs`) where it `ended` [N]."""
+        if not ended.any():
+            return next_inputs
+        ids = ended.nonzero()[:, 0]
+        fresh = self.policy.input_state(len(ids)).push({k: v[ids] for k, v in final_obs.items()})
+        inputs = {k: v.clone() for k, v in next_inputs.items()}
+        for k in inputs:
+            inputs[k][ids] = fresh[k]
+        return inputs
 
     def _update(self) -> dict[str, float]:
         cfg = self.config
@@ -226,6 +270,7 @@ class SAC(Algorithm):
             "optimizers": [o.state_dict() for o in (self.actor_optimizer, self.critic_optimizer, self.alpha_optimizer)],
             "replay": self.replay.state_dict(),
             "counters": (self.transitions, self.updates, self._update_credit),
+            "actor_inputs": {"state": self.inputs.state_dict(), "latest": self._policy_obs, "seen": self._seen},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -240,23 +285,34 @@ class SAC(Algorithm):
             optimizer.load_state_dict(saved)
         self.replay.load_state_dict(state["replay"])
         self.transitions, self.updates, self._update_credit = state["counters"]
+        if "actor_inputs" in state:  # checkpoints before per-step residuals start every env afresh
+            self.inputs.load_state_dict(state["actor_inputs"]["state"])
+            self._policy_obs, self._seen = state["actor_inputs"]["latest"], state["actor_inputs"]["seen"]
 
 
 def construct_sac(config: RunConfig, env: VecEnv, policy: Policy) -> SAC:
     """SAC for `policy` in `env`."""
-    return SAC(policy, env.obs_shapes, config.algo)
+    return SAC(policy, env.obs_shapes, config.algo, env.num_envs)
 
 
 def check_run(config: RunConfig) -> None:
-    """SAC backpropagates through reparameterised, tanh-squashed Gaussian samples."""
-    kind = config.policy.tag
-    why = f"SAC trains Gaussian policies; train a {kind} policy with algo: bc or algo: ppo"
-    check(kind == "gaussian", "policy.class", why)
-    check(config.policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
+    """SAC backpropagates through reparameterised samples: tanh-squashed Gaussians or per-step residuals."""
+    kind, policy = config.policy.tag, config.policy
+    why = f"SAC trains Gaussian policies and per-step residuals; train a {kind} policy with algo: bc or algo: ppo"
+    check(kind in ("gaussian", "residual"), "policy.class", why)
+    if kind == "gaussian":
+        check(policy.squash, "policy.squash", "SAC needs tanh-squashed actions: set policy.squash: true")
+        check(not policy.history, "policy.history", "SAC's Gaussian reads the current observation: set 0")
+    else:
+        why = "SAC corrects each executed action (off-policy residual RL): set policy.per_step: true"
+        check(policy.per_step, "policy.per_step", why)
     if config.algo.initial_actions == "prior" and not config.sim.steer.enabled:
         raise ConfigError(
             "algo.initial_actions", "prior draws a steered base's noise: set sim.steer.base, or use uniform"
         )
+    if config.algo.initial_actions == "uniform" and kind == "residual":
+        why = "uniform random actions ignore the base: use policy (the base acting, with the residual's noise)"
+        raise ConfigError("algo.initial_actions", why)
 
 
 register_algorithm("sac", SACConfig, AlgorithmEntry(construct_sac, check=check_run))

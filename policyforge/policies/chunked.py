@@ -60,6 +60,12 @@ def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) ->
     return gaussian_log_density(x, mean, std).flatten(1).sum(-1)
 
 
+def tanh_log_jacobian(chain: torch.Tensor) -> torch.Tensor:
+    """Per-element log |d tanh(u)/du| of pre-squash values u, the shape of `chain`: 2 (log 2 − u − softplus(−2u)),
+    stable for large |u| (SAC, appendix C)."""
+    return 2 * (math.log(2) - chain - torch.nn.functional.softplus(-2 * chain))
+
+
 def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
     """Entropy of a diagonal Gaussian summed over every axis but the first: [B, ...] → [B]."""
     return (0.5 + _HALF_LOG_2PI + std.log()).flatten(1).sum(-1)

@@ -15,7 +15,7 @@ from torch import nn
 
 from policyforge.config import check_bounds, check_in, check_sizes
 from policyforge.policies.base import EnvSpec, Obs, Policy, PolicyConfig, Sample, register_policy
-from policyforge.policies.chunked import gaussian_log_density
+from policyforge.policies.chunked import gaussian_log_density, tanh_log_jacobian
 from policyforge.policies.networks import MAX_WIDTH, Activation, mlp
 from policyforge.policies.normalizer import RunningNormalizer
 
@@ -121,6 +121,5 @@ class GaussianPolicy(Policy):
         """Per-element log-density [B, 1, A] of the action (tanh's Jacobian included when squashing)."""
         log_prob = gaussian_log_density(chain, mean, std)
         if self.config.squash:
-            # log |d tanh(u)/du| = 2 (log 2 − u − softplus(−2u)), stable for large |u| (SAC, appendix C)
-            log_prob = log_prob - 2 * (math.log(2) - chain - nn.functional.softplus(-2 * chain))
+            log_prob = log_prob - tanh_log_jacobian(chain)
         return log_prob

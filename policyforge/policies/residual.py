@@ -1,6 +1,7 @@
 """Residual policy (ResiP, Ankile et al. 2024): a Gaussian correction on top of a frozen base policy.
 
     action = clip(base action + scale · r, −1, 1),   r ~ N(μ_θ(state, base action), σ_θ²)
+                                                     (or r = tanh(u), u ~ N(...): `squash`, a bounded correction)
 
 Two ways to apply it:
 - per chunk (default): the residual plans with the base, [B, H, A] corrections of the base's whole chunk
@@ -27,7 +28,13 @@ from torch import nn
 
 from policyforge.config import check_in, check_sizes
 from policyforge.policies.base import EnvSpec, Obs, Policy, PolicyConfig, Sample, load_matching, register_policy
-from policyforge.policies.chunked import MIN_STD, gaussian_entropy, gaussian_log_density, gaussian_log_prob
+from policyforge.policies.chunked import (
+    MIN_STD,
+    gaussian_entropy,
+    gaussian_log_density,
+    gaussian_log_prob,
+    tanh_log_jacobian,
+)
 from policyforge.policies.diffusion import DiffusionConfig
 from policyforge.policies.history import InputState
 from policyforge.policies.networks import MAX_WIDTH, Activation, mlp
@@ -58,6 +65,9 @@ class ResidualConfig(PolicyConfig):
     """Initial std of the residual (before `scale`)."""
     out_gain: float = 0.001
     """Init gain of the output layer: near zero, so the policy starts as its base."""
+    squash: bool = False
+    """Bound the residual: r = tanh(u) of the Gaussian u, so no correction exceeds `scale` (Policy Decorator's
+    bounded residual; what keeps an off-policy actor from walking out of the base's reach on an unfitted critic)."""
     per_step: bool = False
     """Correct every executed action from the state at its step (ResiP; closed-loop inside the base's chunks);
     false: one correction of the whole chunk, decided when the base plans it."""
@@ -123,20 +133,30 @@ class ResidualPolicy(Policy):
         return base_action, mean, self.log_std.exp().expand_as(mean)
 
     def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
+        """Actions [B, H, A]; the chain is the (pre-squash) residual, its log-probability the action's."""
         base_action, mean, std = self.distribution(obs)
         residual = mean + noise_scale * std * torch.randn_like(mean) if noise_scale else mean
-        action = (base_action + self.config.scale * residual).clamp(-1.0, 1.0)
-        return Sample(action, residual, gaussian_log_prob(residual, mean, std))
+        correction = torch.tanh(residual) if self.config.squash else residual
+        action = (base_action + self.config.scale * correction).clamp(-1.0, 1.0)
+        return Sample(action, residual, self._log_density(residual, mean, std).flatten(1).sum(-1))
 
     def step_log_probs(self, obs: Obs, chain: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One stochastic step: log-densities [B, 1, H, A] of residuals [B, H, A]."""
         _, mean, std = self.distribution(obs)
-        return gaussian_log_density(chain, mean, std)[:, None], gaussian_entropy(std)
+        return self._log_density(chain, mean, std)[:, None], gaussian_entropy(std)
+
+    def _log_density(self, residual: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """Per-element log-density [B, H, A] of the correction (tanh's Jacobian included when squashing)."""
+        log_density = gaussian_log_density(residual, mean, std)
+        return log_density - tanh_log_jacobian(residual) if self.config.squash else log_density
 
     def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
         """Negative log-likelihood of the residuals that turn the base's chunks into demonstrated ones [B, H, A]."""
         base_action, mean, std = self.distribution(obs)
-        return -gaussian_log_prob((actions - base_action) / self.config.scale, mean, std).mean()
+        residual = (actions - base_action) / self.config.scale
+        if self.config.squash:
+            residual = torch.atanh(residual.clamp(-0.999, 0.999))
+        return -gaussian_log_prob(residual, mean, std).mean()
 
     def update_normalizer(self, obs: Obs) -> None:
         state = obs[self.obs_key]

@@ -59,3 +59,27 @@ def learning_records():
         return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in read_metrics(run_dir)]
 
     return records
+
+
+@pytest.fixture(scope="session")
+def bc_flow_run(tmp_path_factory):
+    """A small flow policy behaviour-cloned on arm-reach demonstrations (a run directory)."""
+    from rich.console import Console
+
+    from policyforge.algos.runner import RunConfig, Runner
+    from policyforge.config import from_dict
+    from policyforge.data.collect import collect
+
+    out = tmp_path_factory.mktemp("steer")
+    collect("arm-reach", 8, out / "demos", num_envs=8, seed=0, progress=False)
+    config = {
+        "name": "bc-flow", "out_dir": str(out), "sim": {"task": "arm-reach", "num_envs": 1},
+        "algo": {"class": "bc", "dataset": str(out / "demos"), "gradient_steps": 40, "steps_per_iteration": 40},
+        "policy": {"class": "flow", "chunk": {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}, "steps": 3,
+                   "denoiser": {"hidden": [32, 32]}},
+        "runner": {"eval_envs": 4, "video": "none", "eval_every_steps": 0, "tensorboard": False},
+    }  # fmt: skip
+    runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))
+    runner.train()
+    runner.close()
+    return out / "bc-flow"

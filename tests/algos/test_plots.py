@@ -26,6 +26,7 @@ EXPECTED = {  # the end of a recipe's file name → its method's name
     "flow-sde": "Flow-SDE",
     "residual-diffusion": "residual PPO (diffusion base)",
     "residual-flow": "residual PPO (flow base)",
+    "residual-sac": "residual SAC (flow base)",
     "diffusion-bc": "BC (diffusion)",
     "flow-bc": "BC (flow)",
     "ppo-scratch": "PPO",

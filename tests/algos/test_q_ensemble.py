@@ -34,7 +34,7 @@ def sac(**config) -> SAC:
     torch.manual_seed(0)
     policy = GaussianPolicy(5, 2, GaussianConfig(hidden=[16], squash=True))
     config = SACConfig(critic_hidden=[16], buffer_size=64, batch_size=16, **config)
-    return SAC(policy, {"policy": (5,), "critic": (5,)}, config)
+    return SAC(policy, {"policy": (5,), "critic": (5,)}, config, num_envs=4)
 
 
 def test_targets_take_the_minimum_of_a_random_subset_and_the_actor_the_mean():

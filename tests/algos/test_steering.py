@@ -107,30 +107,6 @@ def test_what_cannot_be_steered_is_refused_naming_the_setting():
         steered.step(torch.zeros(N, 1))
 
 
-@pytest.fixture(scope="module")
-def bc_flow_run(tmp_path_factory):
-    """A small flow policy behaviour-cloned on arm-reach demonstrations (a run directory)."""
-    from rich.console import Console
-
-    from policyforge.algos.runner import RunConfig, Runner
-    from policyforge.config import from_dict
-    from policyforge.data.collect import collect
-
-    out = tmp_path_factory.mktemp("steer")
-    collect("arm-reach", 8, out / "demos", num_envs=8, seed=0, progress=False)
-    config = {
-        "name": "bc-flow", "out_dir": str(out), "sim": {"task": "arm-reach", "num_envs": 1},
-        "algo": {"class": "bc", "dataset": str(out / "demos"), "gradient_steps": 40, "steps_per_iteration": 40},
-        "policy": {"class": "flow", "chunk": {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}, "steps": 3,
-                   "denoiser": {"hidden": [32, 32]}},
-        "runner": {"eval_envs": 4, "video": "none", "eval_every_steps": 0, "tensorboard": False},
-    }  # fmt: skip
-    runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))
-    runner.train()
-    runner.close()
-    return out / "bc-flow"
-
-
 def test_sac_steers_the_run_named_in_sim_steer_counting_env_steps_and_leaving_the_base_alone(bc_flow_run, tmp_path):
     """`sim.steer.base` makes every env of a run a NoiseSteeredEnv of that run's policy; SAC trains a Gaussian over
     the noise (H·A = 4·5), the runner counts simulator steps (2 a decision), the base's checkpoint is untouched; the

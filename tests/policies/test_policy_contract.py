@@ -75,6 +75,9 @@ POLICIES = {
     "meanflow_1": lambda: flow(variant="meanflow", steps=1),
     "residual_diffusion": lambda: ResidualPolicy(diffusion(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3)),
     "residual_flow": lambda: ResidualPolicy(flow(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3)),
+    "residual_squashed": lambda: ResidualPolicy(
+        flow(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=2.0, per_step=True, squash=True, out_gain=0.5)
+    ),
     "residual_per_step": lambda: ResidualPolicy(
         diffusion(), OBS_DIM, ResidualConfig(hidden=[32, 32], scale=0.3, per_step=True)
     ),
