@@ -142,6 +142,12 @@ class SteeredPolicy(Policy):
 
     def __init__(self, base: Policy, steering: Policy, noise_bound: float):
         super().__init__()
+        noise_dim = int(np.prod(base.noise_shape))
+        if steering.action_dim != noise_dim:
+            raise ValueError(
+                f"the steering policy acts in {steering.action_dim} dimensions, the base's noise has {noise_dim} "
+                f"({list(base.noise_shape)}, flattened): train the steering policy in this base's NoiseSteeredEnv"
+            )
         if steering.obs_key not in base.obs_keys:
             raise ValueError(
                 f"the steering policy reads obs[{steering.obs_key!r}], which the base ({list(base.obs_keys)}) does not"

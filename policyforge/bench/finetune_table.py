@@ -49,6 +49,21 @@ METHODS = {  # key: (config suffix, bc_table.py run it starts from)
     "residual_flow": ("residual-flow", "flow_rf10"),
     "gaussian_scratch": ("ppo-scratch", None),
 }
+OFF_POLICY = {  # the off-policy methods (offpolicy_table.py): key: (config suffix, BC run, the setting naming it)
+    "dsrl": ("dsrl", "flow_rf10", "sim.steer.base"),
+    "residual_sac": ("residual-sac", "flow_rf10", "init_policy"),
+}
+
+
+def method_start(method: str) -> tuple[str, str | None, str]:
+    """A method's config suffix, the bc_table.py run it starts from (None: from scratch) and the setting that
+    names that run."""
+    if method in OFF_POLICY:
+        return OFF_POLICY[method]
+    suffix, bc_key = METHODS[method]
+    return suffix, bc_key, "init_policy"
+
+
 BC_RUNS = Path("bench/results/bc/runs")
 TIME_PARTS = ("sim", "act", "update")
 """Where training time goes (PPO's perf/*_s): env.step, acting (sampling chains, values), the PPO update."""
@@ -56,7 +71,7 @@ TIME_PARTS = ("sim", "act", "update")
 
 def ensure_bc_runs(task: str, methods: list[str]) -> None:
     """Train the BC starting points with bc_table.py if they are not there yet."""
-    missing = sorted({METHODS[m][1] for m in methods if METHODS[m][1]} - {p.name[len(task) + 1 :] for p in
+    missing = sorted({method_start(m)[1] for m in methods if method_start(m)[1]} - {p.name[len(task) + 1 :] for p in
                      BC_RUNS.glob(f"{task}-*") if (p / "checkpoints" / "latest.pt").exists()})  # fmt: skip
     if missing:
         command = [
@@ -74,7 +89,7 @@ def ensure_bc_runs(task: str, methods: list[str]) -> None:
 
 
 def run_one(task: str, method: str, seed: int, args) -> dict:
-    suffix, bc_key = METHODS[method]
+    suffix, bc_key, start_setting = method_start(method)
     overrides = [
         f"seed={seed}",
         f"name={task}-{method}-s{seed}",
@@ -86,7 +101,7 @@ def run_one(task: str, method: str, seed: int, args) -> dict:
         "runner.tensorboard=false",
     ]
     if bc_key:
-        overrides.append(f"init_policy={BC_RUNS / f'{task}-{bc_key}'}")
+        overrides.append(f"{start_setting}={BC_RUNS / f'{task}-{bc_key}'}")
     overrides += args.set  # last, so they win
     config = load(RunConfig, find_recipe(f"{task}-{suffix}.yaml"), overrides)
     lock = run_files.reclaim(config.run_dir, "bench")  # a previous run of this benchmark; refuses anything else

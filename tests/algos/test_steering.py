@@ -105,6 +105,11 @@ def test_what_cannot_be_steered_is_refused_naming_the_setting():
         ValueError, match=r"steering actions of shape \[6, 1\]: this environment takes \[N, H·A\] = \[6, 4\]"
     ):
         steered.step(torch.zeros(N, 1))
+    wrong = GaussianPolicy(env.obs_shapes["policy"][0], 3, GaussianConfig(hidden=[8], squash=True))
+    with pytest.raises(
+        ValueError, match=r"the steering policy acts in 3 dimensions, the base's noise has 4 \(\[4, 1\], flattened\)"
+    ):
+        SteeredPolicy(steered.base, wrong, 1.5)
 
 
 def test_sac_steers_the_run_named_in_sim_steer_counting_env_steps_and_leaving_the_base_alone(bc_flow_run, tmp_path):
