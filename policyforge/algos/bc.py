@@ -327,10 +327,11 @@ def load_demonstrations(
     )
     missing = sorted(set(cameras) - set(demos.cameras))
     check(not missing, "sim.image.cameras", f"{path} has no video of {missing}; it has {demos.cameras}")
+    wanted = config.max_episodes if field == "dataset" else 0
     check(
-        field != "dataset" or config.max_episodes <= demos.num_episodes,
+        wanted <= demos.num_episodes,
         "algo.max_episodes",
-        f"{path} holds {demos.num_episodes} episodes, fewer than {config.max_episodes}: set algo.max_episodes to at "
+        f"{path} holds {demos.num_episodes} episodes, fewer than {wanted}: set algo.max_episodes to at "
         f"most {demos.num_episodes} (0: all), or record more with {record}",
     )
     return demos

@@ -19,9 +19,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from policyforge.algos.base import Algorithm, StepCallback
+from policyforge.algos.bc import load_demonstrations, obs_column
+from policyforge.algos.demo_replay import check_demonstrations, demo_replay
 from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algorithm
 from policyforge.algos.replay import ReplayBuffer
 from policyforge.config import ConfigError, check, check_in, check_sizes
+from policyforge.data.dataset import DatasetError, Demonstrations
 from policyforge.policies.base import Obs, Policy
 from policyforge.policies.critics import QEnsemble
 from policyforge.policies.networks import MAX_WIDTH, Activation
@@ -100,6 +103,11 @@ class SACConfig(AlgoConfig):
     (the default, 2 of 2) the actor maximises their minimum too, otherwise their mean."""
     critic_layer_norm: bool = False
     """Layer norm in the Q networks' hidden layers (RLPD: what keeps high update-to-data ratios stable)."""
+    demonstrations: str = ""
+    """A recorded dataset (`policyforge collect`) replayed beside the online transitions (RLPD), its success flags
+    as rewards (`demo_replay`); empty: none."""
+    demo_fraction: float = 0.5
+    """Share of every batch drawn from the demonstrations (RLPD's symmetric sampling: 0.5)."""
 
     def __post_init__(self) -> None:
         check_in(self.buffer_size, "buffer_size", f"[1, {MAX_BUFFER_SIZE}]", "it is allocated up front")
@@ -118,6 +126,7 @@ class SACConfig(AlgoConfig):
         check_sizes(self.critic_hidden, "critic_hidden", MAX_WIDTH)
         check_in(self.critic_ensemble, "critic_ensemble", f"[2, {MAX_ENSEMBLE}]")
         check_in(self.critic_target_subset, "critic_target_subset", f"[1, critic_ensemble={self.critic_ensemble}]")
+        check_in(self.demo_fraction, "demo_fraction", "(0, 1)", "the rest of every batch is online transitions")
         key = self.critic_obs_key
         check(key in ("critic", "policy"), "critic_obs_key", f"must be 'critic' (privileged) or 'policy', got {key!r}")
 
@@ -125,7 +134,10 @@ class SACConfig(AlgoConfig):
 class SAC(Algorithm):
     """Off-policy SAC for a Gaussian policy with tanh squashing."""
 
-    def __init__(self, policy: Policy, obs_shapes: dict[str, tuple[int, ...]], config: SACConfig, num_envs: int):
+    def __init__(
+        self, policy: Policy, obs_shapes: dict[str, tuple[int, ...]], config: SACConfig, num_envs: int,
+        demos: Demonstrations | None = None,
+    ):  # fmt: skip
         self.policy, self.config = policy, config
         critic_dim = obs_shapes[config.critic_obs_key][0]
         self.critic = QEnsemble(
@@ -146,6 +158,10 @@ class SAC(Algorithm):
         stored = {config.critic_obs_key: obs_shapes[config.critic_obs_key]}
         stored.update({k: tuple(v.shape[1:]) for k, v in policy.example_obs(1).items()})
         self.replay = ReplayBuffer(config.buffer_size, stored, policy.action_dim)
+        self._demo_source, self._stored = demos, stored
+        self.demos: ReplayBuffer | None = None
+        """The demonstrations' transitions, made at the first iteration (the runner loads the policy's weights,
+        a residual's base among them, after constructing its algorithm)."""
         self.transitions, self.updates, self._update_credit = 0, 0, 0.0
 
     def steps_per_iteration(self, env: VecEnv) -> int:
@@ -153,6 +169,8 @@ class SAC(Algorithm):
 
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
         cfg, metrics, key = self.config, {}, self.config.critic_obs_key
+        if self._demo_source is not None and self.demos is None:
+            self.demos = demo_replay(self._demo_source, self.policy, key, self._stored)
         policy_obs = self._inputs_at(obs)
         for _ in range(cfg.steps_per_iteration):
             with torch.no_grad():
@@ -208,7 +226,7 @@ class SAC(Algorithm):
 
     def _update(self) -> dict[str, float]:
         cfg = self.config
-        batch = self.replay.sample(cfg.batch_size)
+        batch = self._batch()
         obs, next_obs, action = batch["obs"], batch["next_obs"], batch["action"]
         alpha = self.log_alpha.exp().detach()
         with torch.no_grad():
@@ -248,6 +266,15 @@ class SAC(Algorithm):
         alpha_loss.backward()
         self.alpha_optimizer.step()
         return {"loss/actor": float(actor_loss.detach()), "loss/entropy": float(-sample.log_prob.mean().detach())}
+
+    def _batch(self) -> dict[str, Any]:
+        """A batch of online transitions, `demo_fraction` of it demonstrations when there are some (RLPD)."""
+        size = self.config.batch_size
+        if self.demos is None:
+            return self.replay.sample(size)
+        from_demos = round(size * self.config.demo_fraction)
+        online, demo = self.replay.sample(size - from_demos), self.demos.sample(from_demos)
+        return {k: _concatenated(v, demo[k]) for k, v in online.items()}
 
     def _subset_min(self, heads: torch.Tensor) -> torch.Tensor:
         """The minimum [B] over `critic_target_subset` of the heads [M, B], drawn at random (all: no draw)."""
@@ -290,9 +317,21 @@ class SAC(Algorithm):
             self._policy_obs, self._seen = state["actor_inputs"]["latest"], state["actor_inputs"]["seen"]
 
 
+def _concatenated(a: Any, b: Any) -> Any:
+    """Two batches (tensors [B, ...] or dicts of them) as one."""
+    return {k: torch.cat([v, b[k]]) for k, v in a.items()} if isinstance(a, dict) else torch.cat([a, b])
+
+
 def construct_sac(config: RunConfig, env: VecEnv, policy: Policy) -> SAC:
-    """SAC for `policy` in `env`."""
-    return SAC(policy, env.obs_shapes, config.algo, env.num_envs)
+    """SAC for `policy` in `env` (with `algo.demonstrations` replayed beside its own transitions)."""
+    demos = None
+    if config.algo.demonstrations:
+        demos = load_demonstrations(config.algo, config.sim.task, env, [], "demonstrations", obs_key=policy.obs_key)
+        try:
+            obs_column(demos, config.algo.critic_obs_key)
+        except DatasetError as err:
+            raise ConfigError("algo.demonstrations", str(err)) from None
+    return SAC(policy, env.obs_shapes, config.algo, env.num_envs, demos)
 
 
 def check_run(config: RunConfig) -> None:
@@ -310,6 +349,7 @@ def check_run(config: RunConfig) -> None:
         raise ConfigError(
             "algo.initial_actions", "prior draws a steered base's noise: set sim.steer.base, or use uniform"
         )
+    check_demonstrations(config)
     if config.algo.initial_actions == "uniform" and kind == "residual":
         why = "uniform random actions ignore the base: use policy (the base acting, with the residual's noise)"
         raise ConfigError("algo.initial_actions", why)

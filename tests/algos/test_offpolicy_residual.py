@@ -123,3 +123,42 @@ def test_what_sac_cannot_train_is_refused_naming_the_setting(bc_flow_run, tmp_pa
         config[section] = {**config[section], **values} if section == "algo" else values
     with pytest.raises(ConfigError, match=message):
         Runner.start(from_dict(RunConfig, config), Console(quiet=True))
+
+
+def test_demonstrations_are_replayed_with_the_bases_actions_and_their_success_as_reward(bc_flow_run, tmp_path):
+    """RLPD: the recorded episodes become transitions whose actor inputs are the base's own actions along them,
+    rewards their success flags; every batch is half demonstrations."""
+    from policyforge.data.dataset import Demonstrations
+    from policyforge.data.layout import ACTION
+
+    dataset = bc_flow_run.parent / "demos"
+    config = residual_run(bc_flow_run, tmp_path, demonstrations=str(dataset))
+    config["sim"]["task_options"] = {"reward_type": "sparse"}
+    runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))
+    algo, demos = runner.algo, Demonstrations(dataset)
+    runner.train()
+    bounds = demos.episode_bounds
+    assert algo.demos.size == demos.num_frames - demos.num_episodes  # the last frame of each has no next one
+    start, end = bounds[0]
+    length = end - start - 1
+    stored = {k: v[:length] for k, v in algo.demos.data.items()}
+    states = torch.as_tensor(demos.column("observation.state")[start:end])
+    actor = ChunkedActor(algo.policy.base, 1)
+    expected = torch.cat([actor({"policy": states[t : t + 1]}) for t in range(end - start)])
+    torch.testing.assert_close(stored[f"obs/{BASE_ACTION_KEY}"], expected[:-1])
+    torch.testing.assert_close(stored[f"next_obs/{BASE_ACTION_KEY}"], expected[1:])
+    torch.testing.assert_close(stored["action"], torch.as_tensor(demos.column(ACTION)[start : end - 1]))
+    success = torch.as_tensor(demos.column("next.success")[start : end - 1].reshape(-1), dtype=torch.float32)
+    assert torch.equal(stored["reward"], success) and success.sum() > 0
+    batch = algo._batch()
+    demo_rows = {tuple(row.tolist()) for row in algo.demos.data["action"][: algo.demos.size]}
+    from_demos = sum(tuple(row.tolist()) in demo_rows for row in batch["action"])
+    assert from_demos == algo.config.batch_size // 2
+    runner.close()
+
+
+def test_demonstrations_need_the_sparse_reward_and_an_actor_in_action_space(bc_flow_run, tmp_path):
+    dataset = str(bc_flow_run.parent / "demos")
+    with pytest.raises(ConfigError, match=r"algo.demonstrations: .*set sim.task_options.reward_type=sparse"):
+        Runner.start(from_dict(RunConfig, residual_run(bc_flow_run, tmp_path, demonstrations=dataset)),
+                     Console(quiet=True))  # fmt: skip
