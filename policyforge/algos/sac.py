@@ -103,6 +103,10 @@ class SACConfig(AlgoConfig):
     (the default, 2 of 2) the actor maximises their minimum too, otherwise their mean."""
     critic_layer_norm: bool = False
     """Layer norm in the Q networks' hidden layers (RLPD: what keeps high update-to-data ratios stable)."""
+    actor_penalty: float = 0.0
+    """Weight of the actor's squashed output squared, tanh(chain)², in its loss, scaled by the critics' mean |Q|
+    (scale-free, as TD3+BC weighs its BC term): it pulls a residual's correction or a steering policy's noise
+    toward zero, the base's own behaviour, against what the critics say. 0: plain SAC."""
     demonstrations: str = ""
     """A recorded dataset (`policyforge collect`) replayed beside the online transitions (RLPD), its success flags
     as rewards (`demo_replay`); empty: none."""
@@ -127,6 +131,7 @@ class SACConfig(AlgoConfig):
         check_in(self.critic_ensemble, "critic_ensemble", f"[2, {MAX_ENSEMBLE}]")
         check_in(self.critic_target_subset, "critic_target_subset", f"[1, critic_ensemble={self.critic_ensemble}]")
         check_in(self.demo_fraction, "demo_fraction", "(0, 1)", "the rest of every batch is online transitions")
+        check_in(self.actor_penalty, "actor_penalty", "[0, 100]", "1 weighs a full-size output like the mean |Q|")
         key = self.critic_obs_key
         check(key in ("critic", "policy"), "critic_obs_key", f"must be 'critic' (privileged) or 'policy', got {key!r}")
 
@@ -257,6 +262,9 @@ class SAC(Algorithm):
         sample = self.policy.sample(obs)
         q = self._actor_q(self.critic(obs, sample.action[:, 0]))
         actor_loss = (alpha * sample.log_prob - q).mean()
+        if self.config.actor_penalty:
+            size = torch.tanh(sample.chain).square().flatten(1).sum(-1).mean()
+            actor_loss = actor_loss + self.config.actor_penalty * q.abs().mean().detach() * size
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optimizer.step()
@@ -345,6 +353,8 @@ def check_run(config: RunConfig) -> None:
     else:
         why = "SAC corrects each executed action (off-policy residual RL): set policy.per_step: true"
         check(policy.per_step, "policy.per_step", why)
+        why = "SAC's residual is bounded (an unbounded one walks out of the base's reach): set policy.squash: true"
+        check(policy.squash, "policy.squash", why)
     if config.algo.initial_actions == "prior" and not config.sim.steer.enabled:
         raise ConfigError(
             "algo.initial_actions", "prior draws a steered base's noise: set sim.steer.base, or use uniform"

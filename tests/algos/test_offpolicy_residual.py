@@ -25,9 +25,9 @@ def residual_run(base_run, out, **algo) -> dict:
     return {
         "name": "residual-sac", "out_dir": str(out), "init_policy": str(base_run),
         "sim": {"task": "arm-reach", "num_envs": 4},
-        "policy": {"class": "residual", "per_step": True, "scale": SCALE, "init_std": 0.3, "hidden": [16],
-                   "base": {"class": "flow", "chunk": {"n_obs_steps": 2, "horizon": 4, "act_steps": 2}, "steps": 3,
-                            "denoiser": {"hidden": [32, 32]}}},
+        "policy": {"class": "residual", "per_step": True, "squash": True, "scale": SCALE, "init_std": 0.3,
+                   "hidden": [16], "base": {"class": "flow", "chunk": {"n_obs_steps": 2, "horizon": 4, "act_steps": 2},
+                                            "steps": 3, "denoiser": {"hidden": [32, 32]}}},
         "algo": {"class": "sac", "learning_starts": 16, "batch_size": 16, "steps_per_iteration": 4,
                  "critic_hidden": [16], "initial_actions": "policy", **algo},
         "runner": {"total_env_steps": 160, "eval_envs": 2, "video": "none", "eval_every_steps": 0,
@@ -95,6 +95,24 @@ def test_an_interrupted_residual_run_continues_exactly(bc_flow_run, tmp_path):
     restored.close()
 
 
+def test_the_actor_penalty_keeps_corrections_near_the_base(bc_flow_run, tmp_path):
+    """The same run with and without `actor_penalty`: the penalised residual's corrections stay smaller."""
+    sizes = []
+    for penalty in (0.0, 10.0):
+        config = residual_run(bc_flow_run, tmp_path / str(penalty), actor_penalty=penalty, actor_lr=1e-2,
+                              updates_per_step=4)  # fmt: skip
+        torch.manual_seed(0)
+        runner = Runner.start(from_dict(RunConfig, config), Console(quiet=True))
+        runner.train()
+        replay = runner.algo.replay
+        obs = {k: replay.data[f"obs/{k}"][: replay.size] for k in ("policy", BASE_ACTION_KEY)}
+        with torch.no_grad():
+            _, mean, _ = runner.algo.policy.distribution(obs)
+        sizes.append(float(torch.tanh(mean).abs().mean()))
+        runner.close()
+    assert sizes[1] < 0.5 * sizes[0], sizes
+
+
 def test_the_run_exports_as_its_per_step_residual_with_the_base_beside_it(bc_flow_run, tmp_path):
     from policyforge.policies.export import export_run
     from policyforge.policies.export_description import load_description
@@ -113,6 +131,7 @@ def test_the_run_exports_as_its_per_step_residual_with_the_base_beside_it(bc_flo
     ("change", "message"),
     [
         ({"policy": {"class": "residual", "per_step": False}}, r"policy.per_step: SAC corrects each executed action"),
+        ({"policy": {"class": "residual", "per_step": True}}, r"policy.squash: SAC's residual is bounded"),
         ({"algo": {"class": "sac", "initial_actions": "uniform"}}, r"algo.initial_actions: uniform random actions "),
         ({"policy": {"class": "flow"}}, r"policy.class: SAC trains Gaussian policies and per-step residuals"),
     ],
