@@ -57,18 +57,10 @@ class NoiseSteeredEnv(VecEnvWrapper):
         self.history = base.input_state(env.num_envs)
         self._obs: Obs | None = None
 
-    def reset(self, seed: int | None = None) -> Obs:
-        return self._restarted(self.env.reset(seed))
-
-    def reset_to(self, initial: Any) -> Obs:
-        return self._restarted(self.env.reset_to(initial))
-
-    def reset_envs(self, env_ids: Any) -> Obs:
-        self._obs = self.env.reset_envs(env_ids)
-        restarted = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        restarted[torch.as_tensor(np.atleast_1d(np.asarray(env_ids, dtype=np.int64)))] = True
-        self.history.restart(restarted)
-        return self._obs
+    def started(self, obs: Obs, env_ids: torch.Tensor | None) -> Obs:
+        self.history.restart(self.started_mask(env_ids).cpu())
+        self._obs = obs
+        return obs
 
     def noise(self, action: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The base's starting noise [N, H, A] of steering actions [N, H·A] in [-1, 1]."""
@@ -127,11 +119,6 @@ class NoiseSteeredEnv(VecEnvWrapper):
         self.history.load_state_dict(state["steering"]["history"])
         obs = state["steering"]["obs"]
         self._obs = None if obs is None else {k: v.clone() for k, v in obs.items()}
-
-    def _restarted(self, obs: Obs) -> Obs:
-        self.history.restart(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
-        self._obs = obs
-        return obs
 
 
 class SteeredPolicy(Policy):

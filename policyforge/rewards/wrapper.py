@@ -82,21 +82,13 @@ class RewardWrapper(VecEnvWrapper):
 
     # -- the contract --------------------------------------------------------------------------------------
 
-    def reset(self, seed: int | None = None) -> Obs:
+    def started(self, obs: Obs, env_ids: torch.Tensor | None) -> Obs:
         self._settle()
-        return self._all_restarted(self.env.reset(seed))
-
-    def reset_to(self, initial: Any) -> Obs:
-        self._settle()
-        return self._all_restarted(self.env.reset_to(initial))
-
-    def reset_envs(self, env_ids: Any) -> Obs:
-        self._settle()
-        obs = self.env.reset_envs(env_ids)
-        restarted = torch.zeros(self.num_envs, dtype=torch.bool)
-        restarted[torch.as_tensor(np.atleast_1d(np.asarray(env_ids, dtype=np.int64)))] = True
+        restarted = self.started_mask(env_ids)
         self._restart(restarted)
         self.undelivered[restarted] = 0.0
+        if env_ids is None:
+            self.steps = 0
         return obs
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
@@ -195,12 +187,6 @@ class RewardWrapper(VecEnvWrapper):
         if self.pending is not None:
             self._resolve(self.pending)
             self.pending = None
-
-    def _all_restarted(self, obs: Obs) -> Obs:
-        self._restart(torch.ones(self.num_envs, dtype=torch.bool))
-        self.undelivered.zero_()
-        self.steps = 0
-        return obs
 
     def _restart(self, envs: torch.Tensor) -> None:
         self.fresh[envs] = True

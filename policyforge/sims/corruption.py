@@ -62,18 +62,10 @@ class Corruption(VecEnvWrapper):
     def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
             self.generator.manual_seed(seed + SEED_OFFSET)
-        obs = self.env.reset(seed)
-        self._new_episodes(self._rows, obs["policy"])
-        return {**obs, "policy": self._seen()}
+        return super().reset(seed)
 
-    def reset_to(self, initial: Any) -> Obs:
-        obs = self.env.reset_to(initial)
-        self._new_episodes(self._rows, obs["policy"])
-        return {**obs, "policy": self._seen()}
-
-    def reset_envs(self, env_ids: Any) -> Obs:
-        obs = self.env.reset_envs(env_ids)
-        ids = torch.as_tensor(np.asarray(env_ids), dtype=torch.long, device=self.env.device)
+    def started(self, obs: Obs, env_ids: torch.Tensor | None) -> Obs:
+        ids = self._rows if env_ids is None else env_ids
         self._new_episodes(ids, obs["policy"][ids])
         return {**obs, "policy": self._seen()}
 

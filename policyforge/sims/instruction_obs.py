@@ -109,20 +109,14 @@ class InstructionObs(VecEnvWrapper):
         self.tokens = self._tokens()
         return {**obs, INSTRUCTION_KEY: self.tokens}
 
-    def reset(self, seed: int | None = None) -> Obs:
-        return self._with_tokens(self.env.reset(seed))
-
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         ended = self.tokens  # the instruction of each episode before any auto-reset
         obs, reward, terminated, truncated, info = self.env.step(action)
         info["final_obs"] = {**info["final_obs"], INSTRUCTION_KEY: ended}
         return self._with_tokens(obs), reward, terminated, truncated, info
 
-    def reset_envs(self, env_ids: Any) -> Obs:
-        return self._with_tokens(self.env.reset_envs(env_ids))
-
-    def reset_to(self, initial: Any) -> Obs:
-        return self._with_tokens(self.env.reset_to(initial))
+    def started(self, obs: Obs, env_ids: torch.Tensor | None) -> Obs:
+        return self._with_tokens(obs)
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.env.set_state(state)

@@ -1,6 +1,7 @@
 """A VecEnv that wraps another: everything it does not change is the wrapped env's (attributes included: num_envs,
 device, task, state …), so wrappers stack (a reward model's over an instruction's) and a wrapper states only what
-it changes."""
+it changes. A wrapper with per-episode state of its own overrides `started`, which every way of starting episodes
+(`reset`, `reset_to`, `reset_envs`) goes through: none of them can be forgotten."""
 
 from __future__ import annotations
 
@@ -25,16 +26,28 @@ class VecEnvWrapper(VecEnv):
         return getattr(self.env, name)
 
     def reset(self, seed: int | None = None) -> Obs:
-        return self.env.reset(seed)
+        return self.started(self.env.reset(seed), None)
 
     def step(self, action: torch.Tensor | np.ndarray) -> StepResult:
         return self.env.step(action)
 
     def reset_envs(self, env_ids: Any) -> Obs:
-        return self.env.reset_envs(env_ids)
+        ids = torch.as_tensor(np.atleast_1d(np.asarray(env_ids, dtype=np.int64)), device=self.env.device)
+        return self.started(self.env.reset_envs(env_ids), ids)
 
     def reset_to(self, initial: Any) -> Obs:
-        return self.env.reset_to(initial)
+        return self.started(self.env.reset_to(initial), None)
+
+    def started(self, obs: Obs, env_ids: torch.Tensor | None) -> Obs:
+        """Envs `env_ids` [K] (None: every env) begin new episodes; `obs` is the wrapped env's observation of all
+        envs after that. Returns this wrapper's observation (by default `obs`)."""
+        return obs
+
+    def started_mask(self, env_ids: torch.Tensor | None) -> torch.Tensor:
+        """`started`'s envs as a mask [N] bool."""
+        mask = torch.zeros(self.num_envs, dtype=torch.bool, device=self.env.device)
+        mask[slice(None) if env_ids is None else env_ids] = True
+        return mask
 
     def render(self, *args: Any, **kwargs: Any) -> Any:
         return self.env.render(*args, **kwargs)

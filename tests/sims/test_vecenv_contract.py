@@ -149,3 +149,28 @@ def test_observations_reach_torch_without_copies():
     array = np.arange(12, dtype=np.float32).reshape(3, 4)
     tensor = to_torch(array, torch.device("cpu"))
     assert tensor.data_ptr() == array.ctypes.data, "numpy -> torch on the CPU must share memory"
+
+
+def test_every_way_of_starting_episodes_goes_through_a_wrappers_started_hook():
+    """A wrapper's per-episode state is reset in one place (`VecEnvWrapper.started`): `reset`, `reset_to` and
+    `reset_envs` all call it, naming the envs that start (the bug class behind wrappers that forgot `reset_to`)."""
+    from policyforge.sims.task import NumpySampler
+    from policyforge.sims.wrapper import VecEnvWrapper
+
+    class Recording(VecEnvWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.calls: list = []
+
+        def started(self, obs, env_ids):
+            self.calls.append(None if env_ids is None else env_ids.tolist())
+            return {**obs, "policy": obs["policy"] + 1.0}
+
+    inner = make_env(SimConfig(task="pendulum-swingup", num_envs=3, num_threads=1), seed=0)
+    env = Recording(inner)
+    obs = env.reset(seed=0)
+    initial = inner.task.reset(NumpySampler(np.random.default_rng(1)), 3, np)
+    env.reset_to(initial)
+    env.reset_envs([2, 0])
+    assert env.calls == [None, None, [2, 0]]
+    assert torch.equal(obs["policy"], inner.reset(seed=0)["policy"] + 1.0)  # what the hook returns is the obs
