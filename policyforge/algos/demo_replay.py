@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from policyforge.algos.bc import obs_column
+from policyforge.algos.nstep import NStepReturns
 from policyforge.algos.replay import ReplayBuffer
 from policyforge.config import ConfigError
 from policyforge.data.dataset import Demonstrations
@@ -39,22 +40,34 @@ def check_demonstrations(config: Any) -> None:
 
 
 def demo_replay(
-    demos: Demonstrations, policy: Policy, critic_key: str, stored: dict[str, tuple[int, ...]]
-) -> ReplayBuffer:
-    """Every transition of `demos` in a buffer shaped like SAC's (`stored`: the observation entries it keeps)."""
+    demos: Demonstrations, policy: Policy, critic_key: str, stored: dict[str, tuple[int, ...]], n_step: int = 1,
+    gamma: float = 0.99,
+) -> ReplayBuffer:  # fmt: skip
+    """Every transition of `demos` in a buffer shaped like SAC's (`stored`: the observation entries it keeps), as
+    `n_step` transitions (discount `gamma`) when n_step > 1."""
     columns = {key: torch.as_tensor(demos.column(obs_column(demos, key)), dtype=torch.float32)
                for key in {policy.obs_key, critic_key}}  # fmt: skip
     actions = torch.as_tensor(demos.column(ACTION), dtype=torch.float32)
     rewards = torch.as_tensor(demos.column(SUCCESS).reshape(-1), dtype=torch.float32)
     count = int(sum(end - start - 1 for start, end in demos.episode_bounds))
-    buffer = ReplayBuffer(max(count, 1), stored, actions.shape[1])
+    buffer = ReplayBuffer(max(count, 1), stored, actions.shape[1], discounted=n_step > 1)
     for start, end in np.asarray(demos.episode_bounds):
         inputs = _actor_inputs(policy, {k: v[start:end] for k, v in columns.items()})
         now, later = slice(0, end - start - 1), slice(1, end - start)
         obs = {**{k: v[now] for k, v in inputs.items()}, critic_key: columns[critic_key][start:end][now]}
         next_obs = {**{k: v[later] for k, v in inputs.items()}, critic_key: columns[critic_key][start:end][later]}
-        steps = slice(start, end - 1)
-        buffer.add(obs, actions[steps], rewards[steps], next_obs, torch.zeros(end - start - 1, dtype=torch.bool))
+        steps, never = slice(start, end - 1), torch.zeros(end - start - 1, dtype=torch.bool)
+        if n_step == 1:
+            buffer.add(obs, actions[steps], rewards[steps], next_obs, never)
+            continue
+        pending = NStepReturns(n_step, gamma, 1)
+        for t in range(end - start - 1):  # the episode's last transition ends it (by time: bootstrapped)
+            row = slice(t, t + 1)
+            last = torch.tensor([t == end - start - 2])
+            done = pending.push({k: v[row] for k, v in obs.items()}, actions[steps][row], rewards[steps][row],
+                                {k: v[row] for k, v in next_obs.items()}, never[row], last)  # fmt: skip
+            if done is not None:
+                buffer.add(**done)
     return buffer
 
 

@@ -51,33 +51,45 @@ class CircularBuffer:
 
 
 class ReplayBuffer(CircularBuffer):
-    """Transitions (obs, action [A], reward, next_obs, terminated) of `capacity` rows, allocated up front.
+    """Transitions (obs, action [A], reward, next_obs, terminated) of `capacity` rows, allocated up front; with
+    `discounted`, each also holds the discount of its bootstrap (γ^k of an n-step transition, `nstep.py`).
 
     `next_obs` of a finished episode is its true final observation; only `terminated` cuts bootstrapping."""
 
-    def __init__(self, capacity: int, obs_shapes: dict[str, tuple[int, ...]], action_dim: int):
+    def __init__(
+        self, capacity: int, obs_shapes: dict[str, tuple[int, ...]], action_dim: int, discounted: bool = False
+    ):
         fields = {f"{part}/{k}": (s, torch.float32) for part in ("obs", "next_obs") for k, s in obs_shapes.items()}
         fields.update(
             {"action": ((action_dim,), torch.float32), "reward": ((), torch.float32), "terminated": ((), torch.bool)}
         )
+        if discounted:
+            fields["discount"] = ((), torch.float32)
         super().__init__(capacity, fields)
+        self.scalars = (
+            ("action", "reward", "terminated", "discount") if discounted else ("action", "reward", "terminated")
+        )
 
     def add(  # type: ignore[override]
-        self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, next_obs: Obs, terminated: torch.Tensor
-    ) -> None:
-        """Append a batch of n transitions (rows [n, ...])."""
+        self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, next_obs: Obs, terminated: torch.Tensor,
+        discount: torch.Tensor | None = None,
+    ) -> None:  # fmt: skip
+        """Append a batch of n transitions (rows [n, ...]; `discount` [n] when the buffer is `discounted`)."""
         rows = {"action": action, "reward": reward, "terminated": terminated}
+        if "discount" in self.data:
+            assert discount is not None, "a discounted buffer stores each transition's discount"
+            rows["discount"] = discount
         rows.update({f"obs/{k}": obs[k] for k in self._keys("obs")})
         rows.update({f"next_obs/{k}": next_obs[k] for k in self._keys("next_obs")})
         super().add(rows)
 
     def sample(self, batch_size: int) -> dict[str, object]:  # type: ignore[override]
-        """A uniform batch: {"obs": Obs, "action", "reward", "next_obs": Obs, "terminated"}."""
+        """A uniform batch: {"obs": Obs, "action", "reward", "next_obs": Obs, "terminated"[, "discount"]}."""
         rows = super().sample(batch_size)
         return {
             "obs": {k: rows[f"obs/{k}"] for k in self._keys("obs")},
             "next_obs": {k: rows[f"next_obs/{k}"] for k in self._keys("next_obs")},
-            **{name: rows[name] for name in ("action", "reward", "terminated")},
+            **{name: rows[name] for name in self.scalars},
         }
 
     def _keys(self, prefix: str) -> list[str]:

@@ -21,6 +21,7 @@ import torch
 from policyforge.algos.base import Algorithm, StepCallback
 from policyforge.algos.bc import load_demonstrations, obs_column
 from policyforge.algos.demo_replay import check_demonstrations, demo_replay
+from policyforge.algos.nstep import NStepReturns
 from policyforge.algos.registry import AlgoConfig, AlgorithmEntry, register_algorithm
 from policyforge.algos.replay import ReplayBuffer
 from policyforge.config import ConfigError, check, check_in, check_sizes
@@ -103,6 +104,9 @@ class SACConfig(AlgoConfig):
     (the default, 2 of 2) the actor maximises their minimum too, otherwise their mean."""
     critic_layer_norm: bool = False
     """Layer norm in the Q networks' hidden layers (RLPD: what keeps high update-to-data ratios stable)."""
+    n_step: int = 1
+    """Rewards summed into each transition before it bootstraps (n-step returns: γ-discounted, cut at episode
+    ends); 1: one-step TD. With a sparse reward that comes long after the decisive actions, 3–10."""
     actor_penalty: float = 0.0
     """Weight of the actor's squashed output squared, tanh(chain)², in its loss, scaled by the critics' mean |Q|
     (scale-free, as TD3+BC weighs its BC term): it pulls a residual's correction or a steering policy's noise
@@ -131,6 +135,7 @@ class SACConfig(AlgoConfig):
         check_in(self.critic_ensemble, "critic_ensemble", f"[2, {MAX_ENSEMBLE}]")
         check_in(self.critic_target_subset, "critic_target_subset", f"[1, critic_ensemble={self.critic_ensemble}]")
         check_in(self.demo_fraction, "demo_fraction", "(0, 1)", "the rest of every batch is online transitions")
+        check_in(self.n_step, "n_step", "[1, 100]", "the return of more steps than an episode has is the episode's")
         check_in(self.actor_penalty, "actor_penalty", "[0, 100]", "1 weighs a full-size output like the mean |Q|")
         key = self.critic_obs_key
         check(key in ("critic", "policy"), "critic_obs_key", f"must be 'critic' (privileged) or 'policy', got {key!r}")
@@ -162,7 +167,8 @@ class SAC(Algorithm):
         """The actor's inputs at the latest observation, and that observation (the runner's, to tell a new start)."""
         stored = {config.critic_obs_key: obs_shapes[config.critic_obs_key]}
         stored.update({k: tuple(v.shape[1:]) for k, v in policy.example_obs(1).items()})
-        self.replay = ReplayBuffer(config.buffer_size, stored, policy.action_dim)
+        self.replay = ReplayBuffer(config.buffer_size, stored, policy.action_dim, discounted=config.n_step > 1)
+        self.nstep = NStepReturns(config.n_step, config.gamma, num_envs) if config.n_step > 1 else None
         self._demo_source, self._stored = demos, stored
         self.demos: ReplayBuffer | None = None
         """The demonstrations' transitions, made at the first iteration (the runner loads the policy's weights,
@@ -175,7 +181,7 @@ class SAC(Algorithm):
     def iterate(self, env: VecEnv, obs: Obs, on_step: StepCallback) -> tuple[Obs, dict[str, float]]:
         cfg, metrics, key = self.config, {}, self.config.critic_obs_key
         if self._demo_source is not None and self.demos is None:
-            self.demos = demo_replay(self._demo_source, self.policy, key, self._stored)
+            self.demos = demo_replay(self._demo_source, self.policy, key, self._stored, cfg.n_step, cfg.gamma)
         policy_obs = self._inputs_at(obs)
         for _ in range(cfg.steps_per_iteration):
             with torch.no_grad():
@@ -186,9 +192,10 @@ class SAC(Algorithm):
                 self.inputs.restart(ended)
                 next_policy_obs = self.inputs.push(next_obs)
                 final_inputs = self._final_inputs(info["final_obs"], next_policy_obs, ended)
-            self.replay.add(
-                {**policy_obs, key: obs[key]}, action, reward, {**final_inputs, key: info["final_obs"][key]}, terminated
-            )
+            self._store(
+                {**policy_obs, key: obs[key]}, action, reward, {**final_inputs, key: info["final_obs"][key]},
+                terminated, ended,
+            )  # fmt: skip
             self.transitions += env.num_envs
             obs, policy_obs = next_obs, next_policy_obs
             if self.transitions >= cfg.learning_starts:
@@ -198,6 +205,14 @@ class SAC(Algorithm):
                     self._update_credit -= 1
         self._policy_obs, self._seen = policy_obs, obs
         return obs, metrics
+
+    def _store(self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, next_obs: Obs, terminated: torch.Tensor,
+               ended: torch.Tensor) -> None:  # fmt: skip
+        """One step's transitions [N] into the replay (as n-step transitions once complete, `n_step`)."""
+        if self.nstep is None:
+            self.replay.add(obs, action, reward, next_obs, terminated)
+        elif (rows := self.nstep.push(obs, action, reward, next_obs, terminated, ended)) is not None:
+            self.replay.add(**rows)
 
     def _acting(self, env: VecEnv, policy_obs: Obs) -> torch.Tensor:
         """This step's actions [N, A]: `initial_actions` before learning starts, the policy's samples after."""
@@ -238,7 +253,8 @@ class SAC(Algorithm):
             next_sample = self.policy.sample(next_obs)
             target_q = self._subset_min(self.critic_target(next_obs, next_sample.action[:, 0]))
             soft_value = target_q - alpha * next_sample.log_prob
-            target = batch["reward"] + cfg.gamma * (~batch["terminated"]) * soft_value
+            discount = batch.get("discount", cfg.gamma)  # γ^k of n-step transitions
+            target = batch["reward"] + discount * (~batch["terminated"]) * soft_value
         q = self.critic(obs, action)  # [M, B]
         critic_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
         self.critic_optimizer.zero_grad(set_to_none=True)
@@ -306,6 +322,7 @@ class SAC(Algorithm):
             "replay": self.replay.state_dict(),
             "counters": (self.transitions, self.updates, self._update_credit),
             "actor_inputs": {"state": self.inputs.state_dict(), "latest": self._policy_obs, "seen": self._seen},
+            **({"nstep": self.nstep.state_dict()} if self.nstep is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -320,6 +337,8 @@ class SAC(Algorithm):
             optimizer.load_state_dict(saved)
         self.replay.load_state_dict(state["replay"])
         self.transitions, self.updates, self._update_credit = state["counters"]
+        if self.nstep is not None:
+            self.nstep.load_state_dict(state["nstep"])
         if "actor_inputs" in state:  # checkpoints before per-step residuals start every env afresh
             self.inputs.load_state_dict(state["actor_inputs"]["state"])
             self._policy_obs, self._seen = state["actor_inputs"]["latest"], state["actor_inputs"]["seen"]

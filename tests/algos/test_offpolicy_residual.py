@@ -68,10 +68,12 @@ def test_the_replay_holds_the_bases_own_actions_and_the_residual_only_corrects_t
     runner.close()
 
 
-def test_an_interrupted_residual_run_continues_exactly(bc_flow_run, tmp_path):
-    """The actor's per-env inputs (the base's chunks in flight) are part of SAC's state: a run restored from its
-    state mid-chunk takes the same steps and learns the same parameters as the run it was saved from."""
-    config = from_dict(RunConfig, residual_run(bc_flow_run, tmp_path, steps_per_iteration=3))
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_an_interrupted_residual_run_continues_exactly(bc_flow_run, tmp_path, n_step):
+    """The actor's per-env inputs (the base's chunks in flight) and n-step transitions still pending are part of
+    SAC's state: a run restored from its state mid-chunk takes the same steps and learns the same parameters as the
+    run it was saved from."""
+    config = from_dict(RunConfig, residual_run(bc_flow_run, tmp_path, steps_per_iteration=3, n_step=n_step))
     torch.manual_seed(0)
     whole = Runner.start(config, Console(quiet=True))
     for _ in range(3):
@@ -80,7 +82,8 @@ def test_an_interrupted_residual_run_continues_exactly(bc_flow_run, tmp_path):
     rng = torch.get_rng_state()
     for _ in range(3):
         whole.obs, _ = whole.algo.iterate(whole.env, whole.obs, lambda info: None)
-    config = from_dict(RunConfig, {**residual_run(bc_flow_run, tmp_path, steps_per_iteration=3), "name": "other"})
+    config = residual_run(bc_flow_run, tmp_path, steps_per_iteration=3, n_step=n_step)
+    config = from_dict(RunConfig, {**config, "name": "other"})
     restored = Runner.start(config, Console(quiet=True))
     restored.algo.load_state_dict(saved[0])
     restored.env.set_state(saved[1])
@@ -90,7 +93,9 @@ def test_an_interrupted_residual_run_continues_exactly(bc_flow_run, tmp_path):
         restored.obs, _ = restored.algo.iterate(restored.env, restored.obs, lambda info: None)
     for name, value in whole.algo.policy.state_dict().items():
         assert torch.equal(value, restored.algo.policy.state_dict()[name]), name
-    assert torch.equal(whole.algo.replay.data["action"], restored.algo.replay.data["action"])
+    for name, values in whole.algo.replay.data.items():
+        assert torch.equal(values, restored.algo.replay.data[name]), name
+    assert ("discount" in whole.algo.replay.data) == (n_step > 1)
     whole.close()
     restored.close()
 
