@@ -7,12 +7,8 @@ wrapper plans the base's chunk from that noise (`Policy.act_from_noise`, the res
 base's own observation history and executes its first `act_steps` actions. The steering policy never changes the
 base's parameters and needs nothing from it but the contract (a black box: DSRL-NA steers π0 the same way).
 
-A wrapper step is one decision, as in PPO's chunked rollouts (`algos.ppo`): its reward is the sum of the executed
-steps' rewards up to the first episode end (undiscounted within the decision: the algorithm's `gamma` discounts
-decisions, as DSRL and Q-chunking treat a chunk as one action); an env whose episode ends mid-chunk reports that
-end (terminated / truncated, its statistics and `final_obs` at that step) and runs the rest of the chunk in its
-new episode, whose steps belong to no decision. A second end within the same decision (episodes shorter than a
-chunk) is not reported.
+A wrapper step is one decision, as in PPO's chunked rollouts (`algos.ppo`), with the rewards, episode ends and
+statistics of `sims.decisions.run_decision`.
 
 `sim.steer` (`SteerConfig`) turns it on for a run: `make_env` wraps every env the run makes (training,
 evaluation, video) with `with_steering`.
@@ -29,6 +25,7 @@ import torch
 from policyforge.config import ConfigError
 from policyforge.policies.base import Chain, Obs, Policy, Sample
 from policyforge.sims.config import SimConfig
+from policyforge.sims.decisions import ActionChunkEnv, run_decision
 from policyforge.sims.vec_env import StepResult, VecEnv
 from policyforge.sims.wrapper import VecEnvWrapper
 
@@ -83,27 +80,15 @@ class NoiseSteeredEnv(VecEnvWrapper):
         if self._obs is None:
             raise RuntimeError("NoiseSteeredEnv: reset() before step()")
         chunk = self.base.act_from_noise(self.history.push(self._obs), self.noise(action))
-        n, device = self.num_envs, self.device
-        total, done = torch.zeros(n, device=device), torch.zeros(n, dtype=torch.bool, device=device)
-        terminated, truncated = torch.zeros_like(done), torch.zeros_like(done)
-        decision_info: dict[str, Any] | None = None
-        for i in range(self.act_steps):
-            obs, reward, step_terminated, step_truncated, info = self.env.step(chunk[:, i])
-            live = ~done
-            total += reward * live
-            ended_now = (step_terminated | step_truncated) & live
-            terminated |= step_terminated & live
-            truncated |= step_truncated & live
-            decision_info = _merged(decision_info, info, live, ended_now)
-            done |= ended_now
-            self.history.restart(step_terminated | step_truncated)
+
+        def after_step(i: int, obs: Obs, ended: torch.Tensor) -> None:
+            self.history.restart(ended)
             if i < self.act_steps - 1:  # the next step still belongs to this decision
                 self.history.push(obs)
-        assert decision_info is not None  # act_steps ≥ 1
-        final = decision_info["final_obs"]
-        decision_info["final_obs"] = {k: torch.where(_rows(done, v), v, obs[k]) for k, v in final.items()}
-        self._obs = obs
-        return obs, total, terminated, truncated, decision_info
+
+        result = run_decision(self.env, chunk, self.act_steps, after_step)
+        self._obs = result[0]
+        return result
 
     def get_state(self) -> dict[str, Any] | None:
         """The wrapped env's snapshot with the base's observation history and the last observation (a resumed run
@@ -174,13 +159,49 @@ class SteeredPolicy(Policy):
 _TRAIN_STEERING = "a SteeredPolicy only acts (deployment, export): train its steering policy in a NoiseSteeredEnv"
 
 
+class ChunkActingPolicy(Policy):
+    """A Q-chunking run's deployable policy: `policy`'s action [B, 1, H·A] (trained in an `ActionChunkEnv`) as
+    the chunk [B, H, A] it executes, all H actions before it decides again. For deployment and export only."""
+
+    def __init__(self, policy: Policy, chunk: int, action_dim: int):
+        super().__init__()
+        self.policy, self.obs_key, self.action_dim = policy, policy.obs_key, action_dim
+        self.chunk_len = self.act_steps = chunk
+        self.n_obs_steps, self.export_tolerance = policy.n_obs_steps, policy.export_tolerance
+
+    @property
+    def obs_keys(self) -> tuple[str, ...]:
+        return self.policy.obs_keys
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        return self.policy.act(obs)[:, 0].view(-1, self.chunk_len, self.action_dim)
+
+    def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
+        raise TypeError(_TRAIN_CHUNKS)
+
+    def step_log_probs(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
+        raise TypeError(_TRAIN_CHUNKS)
+
+    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+        raise TypeError(_TRAIN_CHUNKS)
+
+    def example_obs(self, batch: int) -> Obs:
+        return self.policy.example_obs(batch)
+
+
+_TRAIN_CHUNKS = "a ChunkActingPolicy only acts (deployment, export): train its policy in an ActionChunkEnv"
+
+
 def deployable(policy: Policy, env: VecEnv) -> tuple[Policy, VecEnv]:
     """The policy a deployer runs, and the env whose control step it acts at: for a run in a steered env, the
-    base and `policy` (its steering) as one `SteeredPolicy` in the simulator's own env; otherwise both unchanged."""
-    while isinstance(env, VecEnvWrapper) and not isinstance(env, NoiseSteeredEnv):
+    base and `policy` (its steering) as one `SteeredPolicy`; for a run over action chunks (`sim.action_chunk`),
+    `policy` acting in chunks; both in the simulator's own env. Otherwise both unchanged."""
+    while isinstance(env, VecEnvWrapper) and not isinstance(env, NoiseSteeredEnv | ActionChunkEnv):
         env = env.env
     if isinstance(env, NoiseSteeredEnv):
         return SteeredPolicy(env.base, policy, env.noise_bound), env.env
+    if isinstance(env, ActionChunkEnv):
+        return ChunkActingPolicy(policy, env.chunk, env.env_action_dim), env.env
     return policy, env
 
 
@@ -217,29 +238,3 @@ def with_steering(env: VecEnv, sim: SimConfig) -> NoiseSteeredEnv:
                 "the run the base run's sim settings (image, instructions)"
             )  # fmt: skip
     return NoiseSteeredEnv(env, base.policy, steer.noise_bound or None)
-
-
-def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """`mask` [N] broadcast over the trailing axes of `like` [N, ...]."""
-    return mask.view(-1, *([1] * (like.dim() - 1)))
-
-
-def _merged(so_far: dict[str, Any] | None, info: dict[str, Any], live: torch.Tensor, ended: torch.Tensor) -> dict:
-    """The decision's info after one more executed step: reward terms summed over the live steps, each env's
-    episode statistics, final observation and success flag taken at its first episode end (`ended` [N]), the
-    success flag of envs still running from the latest step."""
-    if so_far is None:
-        so_far = {
-            "final_obs": {k: v.clone() for k, v in info["final_obs"].items()},
-            "episode": {k: torch.zeros_like(v) for k, v in info["episode"].items()},
-            "reward_terms": {k: torch.zeros_like(v) for k, v in info["reward_terms"].items()},
-        }
-    for name, value in info["reward_terms"].items():
-        so_far["reward_terms"][name] += value * live
-    for name, value in info["episode"].items():
-        so_far["episode"][name] = torch.where(ended, value, so_far["episode"][name])
-    for name, value in info["final_obs"].items():
-        so_far["final_obs"][name] = torch.where(_rows(ended, value), value, so_far["final_obs"][name])
-    if "success" in info:
-        so_far["success"] = torch.where(live, info["success"], so_far.get("success", info["success"]))
-    return so_far

@@ -186,6 +186,10 @@ class ImageConfig:
         check(self.render in RENDER_MODES, "render", f"give every_step or on_request, got {self.render!r}")
 
 
+MAX_ACTION_CHUNK = 64
+"""Most actions a chunk executes open-loop (Q-chunking uses 5; 64 control steps is seconds blind)."""
+
+
 @dataclasses.dataclass
 class SteerConfig:
     """Act through the starting noise of a frozen generative policy (DSRL, `algos.steering`): the env's action
@@ -239,8 +243,14 @@ class SimConfig:
     steer: SteerConfig = dataclasses.field(default_factory=SteerConfig)
     """Steer a frozen generative policy through its starting noise (DSRL): the env's actions become its noise;
     off unless `steer.base` is set."""
+    action_chunk: int = 0
+    """Act in chunks of this many actions, executed open-loop as one decision (Q-chunking: SAC's actor and
+    critics over whole chunks, `sims.decisions.ActionChunkEnv`); 0: single actions."""
 
     def __post_init__(self) -> None:
+        check_in(self.action_chunk, "action_chunk", f"[0, {MAX_ACTION_CHUNK}]", "0: single actions")
+        check(not (self.action_chunk and self.steer.enabled), "action_chunk",
+              "a steered env already acts in its base's chunks: set action_chunk 0 with steer.base")  # fmt: skip
         check_in(self.num_envs, "num_envs", f"[1, {MAX_ENVS}]")
         check_in(self.num_threads, "num_threads", f"[0, {MAX_THREADS}]", "0: one per CPU core")
         try:

@@ -28,7 +28,8 @@ def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
     token ids (`obs["instruction"]`, `instruction_obs.InstructionObs`); with `sim.reward_model` its reward is the
     model's (`rewards.wrapper.RewardWrapper`); with `sim.corruption` its policy observation and its actions are
     corrupted (`corruption.Corruption`); with `sim.steer` its actions are a frozen generative policy's starting
-    noise (`algos.steering.NoiseSteeredEnv`)."""
+    noise (`algos.steering.NoiseSteeredEnv`); with `sim.action_chunk` it takes whole chunks of actions
+    (`decisions.ActionChunkEnv`)."""
     from policyforge.sims.instruction_obs import with_instructions
 
     env = _make_env(config, seed)
@@ -46,6 +47,10 @@ def make_env(config: SimConfig, seed: int = 0) -> VecEnv:
         from policyforge.algos.steering import with_steering
 
         env = with_steering(env, config)
+    if config.action_chunk:
+        from policyforge.sims.decisions import ActionChunkEnv
+
+        env = ActionChunkEnv(env, config.action_chunk)
     return env
 
 
