@@ -51,8 +51,16 @@ METHODS = {  # key: (config suffix, bc_table.py run it starts from)
 }
 OFF_POLICY = {  # the off-policy methods (offpolicy_table.py): key: (config suffix, BC run, the setting naming it)
     "dsrl": ("dsrl", "flow_rf10", "sim.steer.base"),
+    "dsrl_penalty": ("dsrl", "flow_rf10", "sim.steer.base"),
     "residual_sac": ("residual-sac", "flow_rf10", "init_policy"),
+    "residual_sac_rlpd": ("residual-sac", "flow_rf10", "init_policy"),
 }
+OFF_POLICY_SETTINGS = {  # beyond the recipe ({task}: the task's name); BENCHMARKS.md "Off-policy fine-tuning"
+    "dsrl_penalty": ("sim.steer.noise_bound=1.0", "algo.actor_penalty=0.5"),
+    "residual_sac_rlpd": ("algo.demonstrations=bench/results/bc/data/{task}", "algo.actor_penalty=0.5",
+                          "algo.actor_lr=1e-4", "algo.n_step=5", "algo.critic_warmup_updates=2000"),
+}  # fmt: skip
+"""The settings that make a variant of a recipe: RLPD's demonstrations (bc_table.py's), penalties, n-step."""
 
 
 def method_start(method: str) -> tuple[str, str | None, str]:
@@ -62,6 +70,11 @@ def method_start(method: str) -> tuple[str, str | None, str]:
         return OFF_POLICY[method]
     suffix, bc_key = METHODS[method]
     return suffix, bc_key, "init_policy"
+
+
+def method_settings(task: str, method: str) -> list[str]:
+    """The overrides that make `method` a variant of its recipe on `task`."""
+    return [setting.format(task=task) for setting in OFF_POLICY_SETTINGS.get(method, ())]
 
 
 BC_RUNS = Path("bench/results/bc/runs")
@@ -102,6 +115,7 @@ def run_one(task: str, method: str, seed: int, args) -> dict:
     ]
     if bc_key:
         overrides.append(f"{start_setting}={BC_RUNS / f'{task}-{bc_key}'}")
+    overrides += method_settings(task, method)
     overrides += args.set  # last, so they win
     config = load(RunConfig, find_recipe(f"{task}-{suffix}.yaml"), overrides)
     lock = run_files.reclaim(config.run_dir, "bench")  # a previous run of this benchmark; refuses anything else

@@ -1,6 +1,7 @@
 """Off-policy fine-tuning of behaviour-cloned generative policies (DSRL: SAC in a frozen base's noise; residual
-SAC: a bounded per-step residual on the frozen base) against the on-policy rows of the fine-tuning table, from the
-same BC starts (bc_table.py's 10-step rectified flow), on the sparse success reward.
+SAC: a bounded per-step residual on the frozen base; each also with the settings that held the start on push,
+`dsrl_penalty` and `residual_sac_rlpd`: finetune_table.OFF_POLICY_SETTINGS) against the on-policy rows of the
+fine-tuning table, from the same BC starts (bc_table.py's 10-step rectified flow), on the sparse success reward.
 
 Every run goes through finetune_table.py's `run_one` (the same Runner as `policyforge train`, the same seeds, env-step
 budget and evaluations). Off-policy methods are judged on sample efficiency: besides the full budget, their success
@@ -34,6 +35,7 @@ from policyforge.bench.finetune_table import (
     OFF_POLICY,
     ensure_bc_runs,
     first_reaching,
+    method_settings,
     method_start,
     plot,
     run_one,
@@ -90,7 +92,8 @@ def headline(results: dict[str, dict[str, list[dict]]], summaries: dict, off_pol
 
 def updates_per_step(task: str, method: str, overrides: list[str]) -> float:
     """The update-to-data ratio a method's config runs at (gradient steps per transition)."""
-    config = load(RunConfig, find_recipe(f"{task}-{method_start(method)[0]}.yaml"), overrides)
+    settings = [*method_settings(task, method), *overrides]
+    config = load(RunConfig, find_recipe(f"{task}-{method_start(method)[0]}.yaml"), settings)
     return config.algo.updates_per_step
 
 
