@@ -106,11 +106,28 @@ class NoiseSteeredEnv(VecEnvWrapper):
         self._obs = None if obs is None else {k: v.clone() for k, v in obs.items()}
 
 
-class SteeredPolicy(Policy):
+class ActingOnly(Policy):
+    """A policy that only acts (deployment, export): what a run trained is another policy inside it."""
+
+    refusal = "this policy only acts (deployment, export)"
+
+    def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
+        raise TypeError(self.refusal)
+
+    def step_log_probs(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
+        raise TypeError(self.refusal)
+
+    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
+        raise TypeError(self.refusal)
+
+
+class SteeredPolicy(ActingOnly):
     """A DSRL run's deployable policy: the steering policy (trained in a `NoiseSteeredEnv`) choosing the frozen
     base's starting noise, and the base planning from it, as one module (one exported graph). Its inputs are the
     base's (with its history axis); the steering reads the newest step of its observation key. For deployment and
     export only: training happens on the steering policy in the steered env."""
+
+    refusal = "a SteeredPolicy only acts (deployment, export): train its steering policy in a NoiseSteeredEnv"
 
     def __init__(self, base: Policy, steering: Policy, noise_bound: float):
         super().__init__()
@@ -140,15 +157,6 @@ class SteeredPolicy(Policy):
         choice = self.steering.act({key: newest})[:, 0]  # [B, H·A] in [-1, 1]
         return self.base.act_from_noise(obs, noise_of(choice, self.base, self.noise_bound))
 
-    def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
-        raise TypeError(_TRAIN_STEERING)
-
-    def step_log_probs(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
-        raise TypeError(_TRAIN_STEERING)
-
-    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
-        raise TypeError(_TRAIN_STEERING)
-
     def example_obs(self, batch: int) -> Obs:
         return self.base.example_obs(batch)
 
@@ -156,12 +164,11 @@ class SteeredPolicy(Policy):
         return {**self.base.export_spec(), "steered": {"noise_bound": self.noise_bound}}
 
 
-_TRAIN_STEERING = "a SteeredPolicy only acts (deployment, export): train its steering policy in a NoiseSteeredEnv"
-
-
-class ChunkActingPolicy(Policy):
+class ChunkActingPolicy(ActingOnly):
     """A Q-chunking run's deployable policy: `policy`'s action [B, 1, H·A] (trained in an `ActionChunkEnv`) as
     the chunk [B, H, A] it executes, all H actions before it decides again. For deployment and export only."""
+
+    refusal = "a ChunkActingPolicy only acts (deployment, export): train its policy in an ActionChunkEnv"
 
     def __init__(self, policy: Policy, chunk: int, action_dim: int):
         super().__init__()
@@ -176,20 +183,8 @@ class ChunkActingPolicy(Policy):
     def act(self, obs: Obs) -> torch.Tensor:
         return self.policy.act(obs)[:, 0].view(-1, self.chunk_len, self.action_dim)
 
-    def sample(self, obs: Obs, noise_scale: float = 1.0) -> Sample:
-        raise TypeError(_TRAIN_CHUNKS)
-
-    def step_log_probs(self, obs: Obs, chain: Chain) -> tuple[torch.Tensor, torch.Tensor]:
-        raise TypeError(_TRAIN_CHUNKS)
-
-    def bc_loss(self, obs: Obs, actions: torch.Tensor) -> torch.Tensor:
-        raise TypeError(_TRAIN_CHUNKS)
-
     def example_obs(self, batch: int) -> Obs:
         return self.policy.example_obs(batch)
-
-
-_TRAIN_CHUNKS = "a ChunkActingPolicy only acts (deployment, export): train its policy in an ActionChunkEnv"
 
 
 def deployable(policy: Policy, env: VecEnv) -> tuple[Policy, VecEnv]:

@@ -130,6 +130,24 @@ def run_one(task: str, method: str, seed: int, args) -> dict:
     return {"before": before, "after": summary["eval/success"], "wall_s": summary["wall_s"], "curve": curve, **split}
 
 
+def run_all(methods: list[str], args, console: Console) -> dict[str, dict[str, list[dict]]]:
+    """Every task × method × seed of `args` (BC starts trained first), `args.jobs` at a time, each printed as it
+    ends: {task: {method: [run per seed]}}."""
+    for task in args.tasks:
+        ensure_bc_runs(task, methods)
+    jobs = [(task, method, seed) for task in args.tasks for method in methods for seed in args.seeds]
+    columns = [[job[i] for job in jobs] for i in range(3)] + [[args] * len(jobs)]
+    pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) if args.jobs > 1 else None
+    results: dict[str, dict[str, list[dict]]] = {}
+    for (task, method, seed), run in zip(jobs, (pool.map if pool else map)(run_one, *columns), strict=True):
+        results.setdefault(task, {}).setdefault(method, []).append(run)
+        console.print(f"{task} {method:20s} seed {seed}: {run['before']:.0%} -> {run['after']:.0%}  "
+                      f"({run['wall_s']:.0f} s)  curve {[f'{s:.0%}' for _, s, _ in run['curve']]}")  # fmt: skip
+    if pool:
+        pool.shutdown()
+    return results
+
+
 def first_reaching(curve: list[tuple[int, float, float]], level: float) -> tuple[int, float] | None:
     """(env steps, wall seconds) of the first evaluation at or above `level`."""
     return next(((steps, wall) for steps, success, wall in curve if success >= level - 1e-6), None)
@@ -192,18 +210,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     console = Console(width=200)
-    results: dict[str, dict[str, list[dict]]] = {}
-    for task in args.tasks:
-        ensure_bc_runs(task, args.methods)
-    jobs = [(task, method, seed) for task in args.tasks for method in args.methods for seed in args.seeds]
-    columns = [[job[i] for job in jobs] for i in range(3)] + [[args] * len(jobs)]
-    pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) if args.jobs > 1 else None
-    for (task, method, seed), run in zip(jobs, (pool.map if pool else map)(run_one, *columns), strict=True):
-        results.setdefault(task, {}).setdefault(method, []).append(run)
-        console.print(f"{task} {method:20s} seed {seed}: {run['before']:.0%} -> {run['after']:.0%}  "
-                      f"({run['wall_s']:.0f} s)  curve {[f'{s:.0%}' for _, s, _ in run['curve']]}")  # fmt: skip
-    if pool:
-        pool.shutdown()
+    results = run_all(args.methods, args, console)
     summaries = {task: {m: aggregate(runs) for m, runs in methods.items()} for task, methods in results.items()}
     table = Table(title=f"RL fine-tuning on the sparse success reward: {args.steps} env steps, seeds {args.seeds}, "
                   f"{args.eval_envs} eval episodes (means over seeds)")  # fmt: skip

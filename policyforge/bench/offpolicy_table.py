@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import statistics
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
@@ -33,12 +31,11 @@ from policyforge.algos.runner import RunConfig
 from policyforge.bench.finetune_table import (
     METHODS,
     OFF_POLICY,
-    ensure_bc_runs,
     first_reaching,
     method_settings,
     method_start,
     plot,
-    run_one,
+    run_all,
 )
 from policyforge.cli import find_recipe
 from policyforge.config import load
@@ -113,18 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(width=200)
     methods = args.methods + args.on_policy
-    for task in args.tasks:
-        ensure_bc_runs(task, methods)
-    jobs = [(task, method, seed) for task in args.tasks for method in methods for seed in args.seeds]
-    columns = [[job[i] for job in jobs] for i in range(3)] + [[args] * len(jobs)]
-    pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) if args.jobs > 1 else None
-    results: dict[str, dict[str, list[dict]]] = {}
-    for (task, method, seed), run in zip(jobs, (pool.map if pool else map)(run_one, *columns), strict=True):
-        results.setdefault(task, {}).setdefault(method, []).append(run)
-        console.print(f"{task} {method:20s} seed {seed}: {run['before']:.0%} -> {run['after']:.0%}  "
-                      f"({run['wall_s']:.0f} s)  curve {[f'{s:.0%}' for _, s, _ in run['curve']]}")  # fmt: skip
-    if pool:
-        pool.shutdown()
+    results = run_all(methods, args, console)
     summaries = {t: {m: summary(runs, args.small_steps) for m, runs in ms.items()} for t, ms in results.items()}
     table = Table(title=f"Off- and on-policy fine-tuning, sparse reward: {args.steps} env steps ({args.small_steps} "
                   f"for 'small'), seeds {args.seeds}, {args.eval_envs} eval episodes (means over seeds)")  # fmt: skip
